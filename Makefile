@@ -1,0 +1,44 @@
+# The README's two commands are `make run` and `make test`; everything else builds on `make setup`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
+
+.PHONY: setup run test test-fast lint bench system-deps clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -r requirements.txt
+	$(PIP) install -q --no-deps -e .
+	touch $@
+
+$(TEST_STAMP): $(STAMP) requirements-test.txt
+	$(PIP) install -q -r requirements-test.txt
+	touch $@
+
+# Debian packages the compat tests drive (kcat). Installed only where missing.
+system-deps:
+	@command -v kcat >/dev/null 2>&1 || { \
+	  echo "installing kcat (Debian package)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
+
+run: setup
+	$(PY) manage.py migrate --noinput
+	$(PY) -m control.launch
+
+test: $(TEST_STAMP) system-deps
+	$(PY) -m pytest -p no:cacheprovider
+
+lint: $(TEST_STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+bench: $(TEST_STAMP)
+	$(PY) -m bench
+
+clean:
+	rm -rf var .pytest_cache

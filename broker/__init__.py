@@ -1,0 +1,1 @@
+"""Fjord's data plane: a Kafka-compatible broker. Imports nothing from Django."""

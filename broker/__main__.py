@@ -1,0 +1,73 @@
+"""python -m broker [server.properties] [--override key=value ...]"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from broker.config import BrokerConfig, ConfigError, parse_overrides, read_properties
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m broker", description="Fjord, a Kafka-compatible broker."
+    )
+    parser.add_argument(
+        "properties",
+        nargs="?",
+        type=Path,
+        help="a server.properties file with Kafka property names",
+    )
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a property (repeatable)",
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        props = read_properties(args.properties) if args.properties else {}
+        props.update(parse_overrides(args.override))
+        config = BrokerConfig(props)
+    except (ConfigError, OSError) as e:
+        print(f"fjord: invalid configuration: {e}", file=sys.stderr)
+        return 2
+    try:
+        import uvloop
+    except ImportError:
+        runner = asyncio.run
+    else:
+        runner = uvloop.run
+    return runner(_serve(config))
+
+
+async def _serve(config: BrokerConfig) -> int:
+    from broker.server.broker import Broker
+
+    broker = Broker(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await broker.start()
+    except OSError as e:
+        logging.getLogger("broker").error("cannot start: %s", e)
+        return 1
+    await stop.wait()
+    await broker.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

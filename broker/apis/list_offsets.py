@@ -1,0 +1,58 @@
+"""ListOffsets: earliest, latest, by timestamp (time index) and max timestamp."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from broker.apis.base import NO_THROTTLE, RequestContext
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4  # no tiered storage: the same as EARLIEST
+
+
+def handle_list_offsets(broker, ctx: RequestContext, request) -> object:
+    rm = broker.replica_manager
+    isolation_level = getattr(request, "isolation_level", 0)
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for p in topic.partitions:
+            log, code = rm.lookup(topic.name, p.partition_index)
+            if code == ErrorCode.none:
+                code = rm.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+            offset = timestamp = -1
+            if code == ErrorCode.none:
+                offset, timestamp = _lookup(log, p.timestamp, isolation_level)
+            partitions.append(
+                ctx.response(
+                    "ListOffsetsPartitionResponse",
+                    partition_index=p.partition_index,
+                    error_code=code,
+                    timestamp=timestamp,
+                    offset=offset,
+                    leader_epoch=rm.leader_epoch if code == ErrorCode.none else -1,
+                )
+            )
+        topics.append(
+            ctx.response("ListOffsetsTopicResponse", name=topic.name, partitions=tuple(partitions))
+        )
+    return ctx.response("ListOffsetsResponse", throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+def _lookup(log, spec: int, isolation_level: int) -> tuple[int, int]:
+    # read_committed ends at the last stable offset; without transactions it is the high watermark.
+    if spec == LATEST:
+        return log.high_watermark, -1
+    if spec in (EARLIEST, EARLIEST_LOCAL):
+        return log.log_start_offset, -1
+    if spec == MAX_TIMESTAMP:
+        found = log.max_timestamp_offset()
+    elif spec >= 0:
+        found = log.offset_for_timestamp(spec)
+    else:
+        found = None
+    if found is None or found[0] >= log.high_watermark:
+        return -1, -1
+    return found

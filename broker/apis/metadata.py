@@ -1,0 +1,107 @@
+"""Metadata: brokers, the cluster id and topics (creating them on demand when allowed)."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from broker.apis.base import NO_THROTTLE, RequestContext
+from broker.metadata.image import topic_name_problem
+
+UNREQUESTED_OPERATIONS = -(2**31)
+
+
+async def handle_metadata(broker, ctx: RequestContext, request) -> object:
+    image = broker.image
+    if request.topics is None:
+        topics = [(t.name, None) for t in image.topics()]
+    else:
+        topics = []
+        for requested in request.topics:
+            name = requested.name
+            if name is None and getattr(requested, "topic_id", None) is not None:
+                found = image.topic_by_id(requested.topic_id)
+                topics.append((found.name if found else None, requested.topic_id))
+            else:
+                topics.append((name, None))
+
+    # v4+ lets the client say whether Metadata may create topics; older versions always may.
+    may_create = (
+        getattr(request, "allow_auto_topic_creation", True)
+        and broker.config["auto.create.topics.enable"]
+    )
+    results = []
+    for name, topic_id in topics:
+        if name is None:
+            results.append(_topic_error(ctx, None, topic_id, ErrorCode.unknown_topic_id))
+            continue
+        topic = image.topic(name)
+        if topic is None and may_create and topic_name_problem(name) is None:
+            topic = await broker.auto_create_topic(name)
+        if topic is None:
+            code = (
+                ErrorCode.invalid_topic_exception
+                if topic_name_problem(name)
+                else ErrorCode.unknown_topic_or_partition
+            )
+            results.append(_topic_error(ctx, name, topic_id, code))
+            continue
+        partitions = tuple(
+            ctx.response(
+                "MetadataResponsePartition",
+                error_code=ErrorCode.none,
+                partition_index=p,
+                leader_id=broker.node_id,
+                leader_epoch=broker.replica_manager.leader_epoch,
+                replica_nodes=(broker.node_id,),
+                isr_nodes=(broker.node_id,),
+                offline_replicas=(),
+            )
+            for p in range(topic.partitions)
+        )
+        results.append(
+            ctx.response(
+                "MetadataResponseTopic",
+                error_code=ErrorCode.none,
+                name=topic.name,
+                topic_id=topic.topic_id,
+                is_internal=topic.internal,
+                partitions=partitions,
+                topic_authorized_operations=UNREQUESTED_OPERATIONS,
+            )
+        )
+    return ctx.response(
+        "MetadataResponse",
+        throttle_time=NO_THROTTLE,
+        brokers=tuple(broker_nodes(broker, ctx, "MetadataResponseBroker")),
+        cluster_id=image.cluster_id,
+        controller_id=broker.node_id,
+        topics=tuple(results),
+        cluster_authorized_operations=UNREQUESTED_OPERATIONS,
+    )
+
+
+def broker_nodes(broker, ctx: RequestContext, class_name: str, **extra) -> list:
+    host, port = broker.advertised_address(ctx.listener)
+    return [
+        ctx.response(
+            class_name,
+            node_id=broker.node_id,
+            broker_id=broker.node_id,
+            host=host,
+            port=port,
+            rack=None,
+            **extra,
+        )
+    ]
+
+
+def _topic_error(ctx, name, topic_id, code):
+    return ctx.response(
+        "MetadataResponseTopic",
+        error_code=code,
+        name=name,
+        topic_id=topic_id,
+        is_internal=False,
+        partitions=(),
+        topic_authorized_operations=UNREQUESTED_OPERATIONS,
+    )

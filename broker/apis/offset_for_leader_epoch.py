@@ -1,0 +1,39 @@
+"""OffsetForLeaderEpoch: the end offset of a leader epoch, for clients' truncation checks."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from broker.apis.base import NO_THROTTLE, RequestContext
+
+
+def handle_offset_for_leader_epoch(broker, ctx: RequestContext, request) -> object:
+    rm = broker.replica_manager
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for p in topic.partitions:
+            log, code = rm.lookup(topic.topic, p.partition)
+            if code == ErrorCode.none:
+                code = rm.check_leader_epoch(p.current_leader_epoch)
+            epoch = end_offset = -1
+            # Every batch on this single node was written in the one epoch the partition has had.
+            if code == ErrorCode.none and p.leader_epoch == rm.leader_epoch:
+                epoch, end_offset = rm.leader_epoch, log.log_end_offset
+            partitions.append(
+                ctx.response(
+                    "EpochEndOffset",
+                    error_code=code,
+                    partition=p.partition,
+                    leader_epoch=epoch,
+                    end_offset=end_offset,
+                )
+            )
+        topics.append(
+            ctx.response(
+                "OffsetForLeaderTopicResult", topic=topic.topic, partitions=tuple(partitions)
+            )
+        )
+    return ctx.response(
+        "OffsetForLeaderEpochResponse", throttle_time=NO_THROTTLE, topics=tuple(topics)
+    )

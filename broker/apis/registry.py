@@ -1,0 +1,48 @@
+"""Every API Fjord serves, with the version range it advertises in ApiVersions.
+
+A range lists only versions whose semantics are implemented and covered by tests
+(tests/broker/test_api_versions_sweep.py exercises every advertised version)."""
+
+from __future__ import annotations
+
+from broker.apis.api_versions import handle_api_versions
+from broker.apis.base import ApiSpec
+from broker.apis.cluster import handle_describe_cluster
+from broker.apis.configs import (
+    handle_alter_configs,
+    handle_describe_configs,
+    handle_incremental_alter_configs,
+)
+from broker.apis.delete_records import handle_delete_records
+from broker.apis.fetch import handle_fetch
+from broker.apis.list_offsets import handle_list_offsets
+from broker.apis.metadata import handle_metadata
+from broker.apis.offset_for_leader_epoch import handle_offset_for_leader_epoch
+from broker.apis.produce import handle_produce
+from broker.apis.topics import (
+    handle_create_partitions,
+    handle_create_topics,
+    handle_delete_topics,
+)
+
+API_SPECS: dict[int, ApiSpec] = {
+    s.key: s
+    for s in [
+        # Produce v12+ implies KIP-890 transaction verification: not before the EOS issue.
+        ApiSpec(0, "Produce", 3, 11, handle_produce),
+        ApiSpec(1, "Fetch", 4, 17, handle_fetch),
+        # ListOffsets v9+ adds tiered-storage offset specs.
+        ApiSpec(2, "ListOffsets", 1, 8, handle_list_offsets),
+        ApiSpec(3, "Metadata", 0, 12, handle_metadata),
+        ApiSpec(18, "ApiVersions", 0, 4, handle_api_versions),
+        ApiSpec(19, "CreateTopics", 2, 7, handle_create_topics),
+        ApiSpec(20, "DeleteTopics", 1, 6, handle_delete_topics),
+        ApiSpec(21, "DeleteRecords", 0, 2, handle_delete_records),
+        ApiSpec(23, "OffsetForLeaderEpoch", 2, 4, handle_offset_for_leader_epoch),
+        ApiSpec(32, "DescribeConfigs", 1, 4, handle_describe_configs),
+        ApiSpec(33, "AlterConfigs", 0, 2, handle_alter_configs),
+        ApiSpec(37, "CreatePartitions", 0, 3, handle_create_partitions),
+        ApiSpec(44, "IncrementalAlterConfigs", 0, 1, handle_incremental_alter_configs),
+        ApiSpec(60, "DescribeCluster", 0, 1, handle_describe_cluster),
+    ]
+}

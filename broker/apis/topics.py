@@ -1,0 +1,217 @@
+"""CreateTopics, DeleteTopics, CreatePartitions. Validation as Kafka does it; the broker object
+owns the state changes (store, image, logs)."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from broker.apis.base import NO_THROTTLE, KafkaError, RequestContext
+from broker.apis.configs import describe_topic_entries
+from broker.config import ConfigError, validate_topic_configs
+from broker.metadata.image import topic_name_problem
+
+
+async def handle_create_topics(broker, ctx: RequestContext, request) -> object:
+    results = []
+    seen: dict[str, int] = {}
+    for t in request.topics:
+        seen[t.name] = seen.get(t.name, 0) + 1
+    for t in request.topics:
+        try:
+            if seen[t.name] > 1:
+                raise KafkaError(
+                    ErrorCode.invalid_request,
+                    f"Create topics request from client contains a duplicate topic {t.name}",
+                )
+            partitions, configs = _validate_creation(broker, t)
+            if request.validate_only:
+                topic = None
+            else:
+                topic = await broker.create_topic(t.name, partitions, configs)
+        except KafkaError as e:
+            results.append(
+                ctx.response(
+                    "CreatableTopicResult",
+                    name=t.name,
+                    topic_id=None,
+                    error_code=e.code,
+                    error_message=e.message,
+                    topic_config_error_code=0,
+                    num_partitions=-1,
+                    replication_factor=-1,
+                    configs=None,
+                )
+            )
+            continue
+        results.append(
+            ctx.response(
+                "CreatableTopicResult",
+                name=t.name,
+                topic_id=topic.topic_id if topic else None,
+                error_code=ErrorCode.none,
+                error_message=None,
+                topic_config_error_code=0,
+                num_partitions=partitions,
+                replication_factor=1,
+                configs=tuple(
+                    ctx.response(
+                        "CreatableTopicConfigs",
+                        name=e.name,
+                        value=e.value,
+                        read_only=e.read_only,
+                        config_source=e.config_source,
+                        is_sensitive=False,
+                    )
+                    for e in describe_topic_entries(broker, configs)
+                )
+                if ctx.has("CreatableTopicConfigs")
+                else None,
+            )
+        )
+    return ctx.response("CreateTopicsResponse", throttle_time=NO_THROTTLE, topics=tuple(results))
+
+
+def _validate_creation(broker, t) -> tuple[int, dict[str, str]]:
+    problem = topic_name_problem(t.name)
+    if problem:
+        raise KafkaError(ErrorCode.invalid_topic_exception, problem)
+    if broker.image.topic(t.name) is not None:
+        raise KafkaError(ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists.")
+    collision = broker.image.colliding_topic(t.name)
+    if collision:
+        raise KafkaError(
+            ErrorCode.invalid_topic_exception,
+            f"Topic '{t.name}' collides with existing topic: {collision}",
+        )
+    if t.assignments:
+        if t.num_partitions != -1 or t.replication_factor != -1:
+            raise KafkaError(
+                ErrorCode.invalid_request,
+                "Both numPartitions or replicationFactor and replicasAssignments "
+                "were set. Both cannot be used at the same time.",
+            )
+        _check_assignments(broker, [a.broker_ids for a in t.assignments])
+        indexes = sorted(a.partition_index for a in t.assignments)
+        if indexes != list(range(len(indexes))):
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment,
+                "Partitions must be numbered consecutively from 0",
+            )
+        partitions = len(indexes)
+    else:
+        partitions = broker.config["num.partitions"] if t.num_partitions == -1 else t.num_partitions
+        replication = (
+            broker.config["default.replication.factor"]
+            if t.replication_factor == -1
+            else t.replication_factor
+        )
+        if partitions <= 0:
+            raise KafkaError(
+                ErrorCode.invalid_partitions, "Number of partitions must be larger than 0."
+            )
+        if replication <= 0:
+            raise KafkaError(
+                ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0."
+            )
+        if replication > 1:
+            raise KafkaError(
+                ErrorCode.invalid_replication_factor,
+                f"Unable to replicate the partition {replication} time(s): "
+                "The target replication factor of "
+                f"{replication} cannot be reached because only 1 broker(s) are "
+                "registered.",
+            )
+    configs = {c.name: c.value for c in t.configs}
+    try:
+        validate_topic_configs(configs)
+    except ConfigError as e:
+        raise KafkaError(ErrorCode.invalid_config, str(e)) from None
+    return partitions, configs
+
+
+def _check_assignments(broker, replica_lists) -> None:
+    for replicas in replica_lists:
+        if len(replicas) != len(set(replicas)):
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment,
+                "Duplicate brokers not allowed in replica assignment",
+            )
+        unknown = [b for b in replicas if b != broker.node_id]
+        if unknown or not replicas:
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment,
+                f"The manual partition assignment includes brokers that are not "
+                f"registered: {unknown or replicas}",
+            )
+
+
+async def handle_delete_topics(broker, ctx: RequestContext, request) -> object:
+    # v0-v5 send names in `topic_names`; v6 sends (name, topic id) pairs.
+    if hasattr(request, "topic_names"):
+        targets = [(name, None) for name in request.topic_names]
+    else:
+        targets = [(t.name, t.topic_id) for t in request.topics]
+    results = []
+    for name, topic_id in targets:
+        topic = broker.image.topic(name) if name is not None else broker.image.topic_by_id(topic_id)
+        code, message = ErrorCode.none, None
+        if not broker.config["delete.topic.enable"]:
+            code, message = ErrorCode.topic_deletion_disabled, "Topic deletion is disabled."
+        elif topic is None:
+            code = (
+                ErrorCode.unknown_topic_or_partition
+                if name is not None
+                else ErrorCode.unknown_topic_id
+            )
+        else:
+            await broker.delete_topic(topic.name)
+        results.append(
+            ctx.response(
+                "DeletableTopicResult",
+                name=topic.name if topic else name,
+                topic_id=topic.topic_id if topic else topic_id,
+                error_code=code,
+                error_message=message,
+            )
+        )
+    return ctx.response("DeleteTopicsResponse", throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+async def handle_create_partitions(broker, ctx: RequestContext, request) -> object:
+    results = []
+    for t in request.topics:
+        code, message = ErrorCode.none, None
+        topic = broker.image.topic(t.name)
+        try:
+            if topic is None:
+                raise KafkaError(
+                    ErrorCode.unknown_topic_or_partition, f"The topic '{t.name}' does not exist."
+                )
+            if t.count <= topic.partitions:
+                raise KafkaError(
+                    ErrorCode.invalid_partitions,
+                    f"Topic currently has {topic.partitions} partitions, which is higher than "
+                    f"or equal to the requested {t.count}."
+                    if t.count < topic.partitions
+                    else f"Topic already has {topic.partitions} partitions.",
+                )
+            if t.assignments is not None:
+                if len(t.assignments) != t.count - topic.partitions:
+                    raise KafkaError(
+                        ErrorCode.invalid_replica_assignment,
+                        f"Increasing the number of partitions by {t.count - topic.partitions} "
+                        f"but {len(t.assignments)} assignments provided.",
+                    )
+                _check_assignments(broker, [a.broker_ids for a in t.assignments])
+            if not request.validate_only:
+                await broker.add_partitions(t.name, t.count)
+        except KafkaError as e:
+            code, message = e.code, e.message
+        results.append(
+            ctx.response(
+                "CreatePartitionsTopicResult", name=t.name, error_code=code, error_message=message
+            )
+        )
+    return ctx.response(
+        "CreatePartitionsResponse", throttle_time=NO_THROTTLE, results=tuple(results)
+    )

@@ -1,0 +1,1 @@
+"""Fjord's asyncio Kafka client: used by the control plane, pipelines and tests."""

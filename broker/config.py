@@ -1,0 +1,486 @@
+"""Kafka property names, types, defaults and validation for the broker and for topics.
+
+One table (`BROKER_CONFIGS`, `TOPIC_CONFIGS`) drives parsing of server.properties, `--override`,
+CreateTopics/AlterConfigs validation and DescribeConfigs output, so a property is defined once.
+Only properties Fjord honours are defined: anything else is rejected rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+
+
+class ConfigError(ValueError):
+    """An unknown property or an invalid value; the message names both."""
+
+
+# DescribeConfigs config_type values (KIP-569).
+TYPE_IDS = {
+    "boolean": 1,
+    "string": 2,
+    "int": 3,
+    "short": 4,
+    "long": 5,
+    "double": 6,
+    "list": 7,
+    "class": 8,
+    "password": 9,
+}
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    name: str
+    type: str  # one of TYPE_IDS
+    default: object
+    doc: str
+    validator: Callable[[object], str | None] | None = None
+    dynamic: bool = False  # may change at run time through AlterConfigs / IncrementalAlterConfigs
+
+    def parse(self, raw: object) -> object:
+        value = _coerce(self, raw)
+        if value is not None and self.validator is not None:
+            problem = self.validator(value)
+            if problem:
+                raise ConfigError(f"Invalid value {raw} for configuration {self.name}: {problem}")
+        return value
+
+    @property
+    def type_id(self) -> int:
+        return TYPE_IDS[self.type]
+
+
+def _coerce(d: ConfigDef, raw: object) -> object:
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        return raw
+    text = raw.strip()
+    try:
+        if d.type in ("int", "long", "short"):
+            value = int(text)
+            limit = INT_MAX if d.type == "int" else LONG_MAX
+            if not -limit - 1 <= value <= limit:
+                raise ValueError
+            return value
+        if d.type == "double":
+            return float(text)
+        if d.type == "boolean":
+            if text.lower() not in ("true", "false"):
+                raise ValueError
+            return text.lower() == "true"
+        if d.type == "list":
+            return [item.strip() for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise ConfigError(
+            f"Invalid value {raw} for configuration {d.name}: not a valid {d.type}"
+        ) from None
+    return text
+
+
+def at_least(minimum: int) -> Callable[[object], str | None]:
+    return lambda v: None if v >= minimum else f"Value must be at least {minimum}"  # type: ignore[operator]
+
+
+def one_of(*allowed: str) -> Callable[[object], str | None]:
+    def check(v: object) -> str | None:
+        values = v if isinstance(v, list) else [v]
+        bad = [x for x in values if x not in allowed]
+        return f"String must be one of: {', '.join(allowed)}" if bad or not values else None
+
+    return check
+
+
+LISTENER_RE = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[^\]]*\]|[^:]*):(?P<port>\d+)$")
+
+
+def _valid_listeners(value: object) -> str | None:
+    for item in value:  # type: ignore[attr-defined]
+        m = LISTENER_RE.match(item)
+        if not m or not 0 <= int(m["port"]) <= 65535:
+            return f"{item!r} is not NAME://host:port"
+    names = [LISTENER_RE.match(i)["name"] for i in value]  # type: ignore[attr-defined,index]
+    if len(set(names)) != len(names):
+        return "each listener must have a different name"
+    return None
+
+
+# Topic-level configs that Fjord honours, and the broker property that supplies each default
+# (Kafka's "synonym"). The broker default applies until the topic overrides it.
+_TOPIC = [
+    (
+        "cleanup.policy",
+        "log.cleanup.policy",
+        "list",
+        ["delete"],
+        one_of("delete"),
+        "Retention policy for old log segments; 'compact' arrives with the log cleaner.",
+    ),
+    (
+        "max.message.bytes",
+        "message.max.bytes",
+        "int",
+        1048588,
+        at_least(0),
+        "The largest record batch size allowed.",
+    ),
+    (
+        "message.timestamp.type",
+        "log.message.timestamp.type",
+        "string",
+        "CreateTime",
+        one_of("CreateTime", "LogAppendTime"),
+        "Whether the timestamp in the message is message create time or log append time.",
+    ),
+    (
+        "message.timestamp.before.max.ms",
+        "log.message.timestamp.before.max.ms",
+        "long",
+        LONG_MAX,
+        at_least(0),
+        "How far a CreateTime timestamp may lie before the broker's time.",
+    ),
+    (
+        "message.timestamp.after.max.ms",
+        "log.message.timestamp.after.max.ms",
+        "long",
+        3600000,
+        at_least(0),
+        "How far a CreateTime timestamp may lie after the broker's time.",
+    ),
+    (
+        "retention.ms",
+        "log.retention.ms",
+        "long",
+        604800000,
+        at_least(-1),
+        "Time to keep a segment after its newest record's timestamp; -1 keeps it forever.",
+    ),
+    (
+        "retention.bytes",
+        "log.retention.bytes",
+        "long",
+        -1,
+        at_least(-1),
+        "Size a partition may grow to before old segments are deleted; -1 means no limit.",
+    ),
+    (
+        "segment.bytes",
+        "log.segment.bytes",
+        "int",
+        1073741824,
+        at_least(14),
+        "The segment file size of the log.",
+    ),
+    (
+        "segment.ms",
+        "log.roll.ms",
+        "long",
+        604800000,
+        at_least(1),
+        "Time after which a segment is rolled even if not full.",
+    ),
+    (
+        "segment.index.bytes",
+        "log.index.size.max.bytes",
+        "int",
+        10485760,
+        at_least(4),
+        "The maximum size of an offset index; a full index rolls the segment.",
+    ),
+    (
+        "index.interval.bytes",
+        "log.index.interval.bytes",
+        "int",
+        4096,
+        at_least(0),
+        "How many bytes of log come between two offset index entries.",
+    ),
+    (
+        "flush.messages",
+        "log.flush.interval.messages",
+        "long",
+        LONG_MAX,
+        at_least(1),
+        "Number of messages written to a partition before its log is fsynced.",
+    ),
+    (
+        "flush.ms",
+        "log.flush.interval.ms",
+        "long",
+        LONG_MAX,
+        at_least(0),
+        "Time a record may stay in the OS page cache before its log is fsynced.",
+    ),
+    (
+        "file.delete.delay.ms",
+        "log.segment.delete.delay.ms",
+        "long",
+        60000,
+        at_least(0),
+        "Time to wait before deleting a file from the filesystem.",
+    ),
+    (
+        "min.insync.replicas",
+        "min.insync.replicas",
+        "int",
+        1,
+        at_least(1),
+        "Replicas that must acknowledge a write with acks=all.",
+    ),
+]
+
+TOPIC_CONFIGS: dict[str, ConfigDef] = {
+    name: ConfigDef(name, type_, default, doc, validator, dynamic=True)
+    for name, _, type_, default, validator, doc in _TOPIC
+}
+TOPIC_TO_BROKER: dict[str, str] = {name: synonym for name, synonym, *_ in _TOPIC}
+
+BROKER_CONFIGS: dict[str, ConfigDef] = {
+    d.name: d
+    for d in [
+        ConfigDef("node.id", "int", 1, "The node id of this broker.", at_least(0)),
+        ConfigDef(
+            "listeners",
+            "list",
+            ["PLAINTEXT://127.0.0.1:9092"],
+            "Listener URIs to accept Kafka connections on.",
+            _valid_listeners,
+        ),
+        ConfigDef(
+            "advertised.listeners",
+            "list",
+            None,
+            "Listeners published to clients in Metadata; defaults to listeners.",
+            _valid_listeners,
+        ),
+        ConfigDef(
+            "log.dirs", "list", ["/tmp/kafka-logs"], "Directories in which the log data is kept."
+        ),
+        ConfigDef(
+            "num.partitions",
+            "int",
+            1,
+            "Default number of partitions per topic.",
+            at_least(1),
+            dynamic=True,
+        ),
+        ConfigDef(
+            "default.replication.factor",
+            "short",
+            1,
+            "Default replication factor for automatically created topics.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "auto.create.topics.enable",
+            "boolean",
+            True,
+            "Create a topic when a client asks Metadata for one that does not exist.",
+        ),
+        ConfigDef("delete.topic.enable", "boolean", True, "Allow DeleteTopics."),
+        ConfigDef(
+            "log.retention.check.interval.ms",
+            "long",
+            300000,
+            "How often the log manager applies retention.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "log.flush.scheduler.interval.ms",
+            "long",
+            LONG_MAX,
+            "How often the log manager checks flush.ms.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "log.flush.offset.checkpoint.interval.ms",
+            "int",
+            60000,
+            "How often the recovery point is checkpointed.",
+            at_least(0),
+        ),
+        ConfigDef(
+            "socket.request.max.bytes",
+            "int",
+            104857600,
+            "The largest request frame the broker accepts.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "queued.max.requests",
+            "int",
+            500,
+            "In-flight requests per connection before the broker stops reading from it.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "metrics.listener",
+            "string",
+            "http://127.0.0.1:9308/metrics",
+            "Where the Prometheus text endpoint listens; empty disables it.",
+        ),
+        ConfigDef(
+            "cluster.id",
+            "string",
+            None,
+            "Cluster id; generated and stored in the metadata store when unset.",
+        ),
+    ]
+}
+for _name, _synonym, _type, _default, _validator, _doc in _TOPIC:
+    BROKER_CONFIGS.setdefault(
+        _synonym, ConfigDef(_synonym, _type, _default, _doc, _validator, dynamic=True)
+    )
+
+# Kafka's alternative spellings of a few broker defaults, in order of precedence under the
+# milliseconds property: log.retention.minutes/hours and log.roll.hours still appear in real
+# server.properties files.
+_ALIASES = {
+    "log.retention.minutes": ("log.retention.ms", 60_000),
+    "log.retention.hours": ("log.retention.ms", 3_600_000),
+    "log.roll.hours": ("log.roll.ms", 3_600_000),
+    "log.dir": ("log.dirs", None),
+}
+
+
+class BrokerConfig:
+    """Parsed, validated broker properties. Static values come from the file and overrides;
+    dynamic ones may be replaced at run time (DYNAMIC_BROKER_CONFIG)."""
+
+    def __init__(self, props: Mapping[str, str] | None = None) -> None:
+        self.static: dict[str, object] = {}
+        self.dynamic: dict[str, object] = {}
+        explicit = dict(props or {})
+        resolved: dict[str, str] = {}
+        for key, raw in explicit.items():
+            if key in _ALIASES:
+                target, scale = _ALIASES[key]
+                if target in explicit:
+                    continue  # the more precise property wins, as in Kafka
+                if scale is not None:
+                    try:
+                        raw = str(int(raw) * scale)
+                    except ValueError:
+                        raise ConfigError(
+                            f"Invalid value {raw} for configuration {key}: not a valid long"
+                        ) from None
+                resolved.setdefault(target, raw)
+            elif key in BROKER_CONFIGS:
+                resolved[key] = raw
+            else:
+                raise ConfigError(f"Unknown configuration {key!r}")
+        for key, raw in resolved.items():
+            self.static[key] = BROKER_CONFIGS[key].parse(raw)
+
+    def __getitem__(self, name: str) -> object:
+        if name in self.dynamic:
+            return self.dynamic[name]
+        if name in self.static:
+            return self.static[name]
+        return BROKER_CONFIGS[name].default
+
+    def source(self, name: str) -> str:
+        if name in self.dynamic:
+            return "dynamic"
+        return "static" if name in self.static else "default"
+
+    @property
+    def node_id(self) -> int:
+        return self["node.id"]  # type: ignore[return-value]
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        return [Path(d) for d in self["log.dirs"]]  # type: ignore[union-attr]
+
+    def listeners(self) -> list[tuple[str, str, int]]:
+        return [_split_listener(item) for item in self["listeners"]]  # type: ignore[union-attr]
+
+    def advertised_listeners(self) -> list[tuple[str, str, int]]:
+        advertised = self["advertised.listeners"]
+        return [_split_listener(i) for i in advertised] if advertised else self.listeners()
+
+    def topic_defaults(self) -> dict[str, object]:
+        return {name: self[synonym] for name, synonym in TOPIC_TO_BROKER.items()}
+
+    def set_dynamic(self, values: Mapping[str, object]) -> None:
+        """Replace the dynamic broker configs as a whole (values already validated)."""
+        self.dynamic = dict(values)
+
+
+def _split_listener(item: str) -> tuple[str, str, int]:
+    m = LISTENER_RE.match(item)
+    assert m is not None  # validated at parse time
+    return m["name"], m["host"].strip("[]"), int(m["port"])
+
+
+def validate_dynamic_broker_configs(values: Mapping[str, str | None]) -> dict[str, object]:
+    parsed: dict[str, object] = {}
+    for name, raw in values.items():
+        d = BROKER_CONFIGS.get(name)
+        if d is None:
+            raise ConfigError(f"Unknown broker configuration {name!r}")
+        if not d.dynamic:
+            raise ConfigError(f"Cannot update configuration {name!r} dynamically")
+        if raw is not None:
+            parsed[name] = d.parse(raw)
+    return parsed
+
+
+def validate_topic_configs(values: Mapping[str, str | None]) -> dict[str, object]:
+    parsed: dict[str, object] = {}
+    for name, raw in values.items():
+        d = TOPIC_CONFIGS.get(name)
+        if d is None:
+            raise ConfigError(f"Unknown topic config name: {name}")
+        if raw is None:
+            raise ConfigError(f"Null value not supported for topic config: {name}")
+        parsed[name] = d.parse(raw)
+    return parsed
+
+
+def render(value: object) -> str | None:
+    """A config value as Kafka shows it in DescribeConfigs."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Java .properties: key=value or key:value, # and ! comments, backslash continuation."""
+    props: dict[str, str] = {}
+    pending = ""
+    for line in path.read_text().splitlines():
+        stripped = line.strip()
+        if not pending and (not stripped or stripped[0] in "#!"):
+            continue
+        if stripped.endswith("\\") and not stripped.endswith("\\\\"):
+            pending += stripped[:-1]
+            continue
+        logical = pending + stripped
+        pending = ""
+        m = re.match(r"^([^=:\s]+)\s*[=:\s]\s*(.*)$", logical)
+        if not m:
+            raise ConfigError(f"{path}: cannot parse line {line!r}")
+        props[m[1]] = m[2]
+    return props
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, str]:
+    props = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--override expects key=value, got {item!r}")
+        props[key.strip()] = value.strip()
+    return props

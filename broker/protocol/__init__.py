@@ -1,0 +1,1 @@
+"""The Kafka wire protocol: framing, headers, the API registry and codecs. Sans-io."""

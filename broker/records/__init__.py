@@ -1,0 +1,1 @@
+"""Record formats: RecordBatch v2 as bytes, record encoding, compression codecs."""

@@ -1,0 +1,32 @@
+"""Zig-zag varints as used inside RecordBatch v2 records (protobuf style, Kafka's ByteUtils)."""
+
+from __future__ import annotations
+
+# A varlong never needs more than 10 bytes; more means garbage, not a long number.
+_MAX_VARLONG_BYTES = 10
+
+
+def encode_varint(value: int, out: bytearray) -> None:
+    """Append `value` zig-zag encoded; covers both varint (int32) and varlong (int64)."""
+    z = (value << 1) ^ (value >> 63)
+    z &= 0xFFFFFFFFFFFFFFFF
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+
+
+def decode_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """Return (value, next position). Raises ValueError on a truncated or overlong varint."""
+    z = 0
+    shift = 0
+    for i in range(_MAX_VARLONG_BYTES):
+        try:
+            b = buf[pos + i]
+        except IndexError:
+            raise ValueError("truncated varint") from None
+        z |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (z >> 1) ^ -(z & 1), pos + i + 1
+        shift += 7
+    raise ValueError("varint longer than 10 bytes")

@@ -1,0 +1,1 @@
+"""The only package that knows about sockets: listeners, connections, dispatch, metrics."""

@@ -1,0 +1,210 @@
+"""The broker process: wires the metadata store, logs and request handlers to listeners.
+
+Logs are mutated only on the event loop thread (they are plain objects, not thread-safe);
+metadata-store writes and recovery run in threads so that the loop never waits on the disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+from broker.apis.registry import API_SPECS
+from broker.config import BrokerConfig, render, validate_dynamic_broker_configs
+from broker.metadata.image import MetadataImage, TopicMetadata
+from broker.metadata.store import SqliteMetadataStore
+from broker.server.connection import KafkaConnection
+from broker.server.metrics import BrokerMetrics, serve_metrics
+from broker.server.replica_manager import ReplicaManager
+from broker.storage import Log, LogManager
+
+log = logging.getLogger("broker")
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.api_specs = API_SPECS
+        self.metrics = BrokerMetrics()
+        self.connections: set[KafkaConnection] = set()
+        self.bound: dict[str, tuple[str, int]] = {}
+        self.metrics_address: tuple[str, int] | None = None
+        self.dynamic_broker_configs: dict[str, str] = {}
+        self._servers: list[asyncio.Server] = []
+        self._background: list[asyncio.Task] = []
+        self._metadata_lock = asyncio.Lock()
+        # One thread: metadata writes stay ordered and SQLite sees a single writer.
+        self._metadata_thread = ThreadPoolExecutor(1, thread_name_prefix="fjord-metadata")
+        self.image: MetadataImage
+        self.log_manager: LogManager
+        self.replica_manager: ReplicaManager
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        for d in self.config.log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        self.store = SqliteMetadataStore(self.config.log_dirs[0])
+        self.image = await self._in_metadata_thread(self.store.load, self.config["cluster.id"])
+        self.dynamic_broker_configs = await self._in_metadata_thread(self.store.broker_configs)
+        self.config.set_dynamic(validate_dynamic_broker_configs(self.dynamic_broker_configs))
+
+        self.log_manager = LogManager(self.config.log_dirs)
+        self.replica_manager = ReplicaManager(self.config, self.log_manager, self.image)
+        topics = {t.name: t for t in self.image.topics()}
+        await asyncio.to_thread(
+            self.log_manager.load, lambda name: self.replica_manager.log_config(topics.get(name))
+        )
+        self._drop_stray_logs()
+        for topic in self.image.topics():
+            self.replica_manager.open_partitions(topic)
+        self.metrics.add_partition_gauges(self._partition_logs)
+
+        loop = asyncio.get_running_loop()
+        for name, host, port in self.config.listeners():
+            server = await loop.create_server(
+                lambda name=name: KafkaConnection(self, name),
+                host or None,
+                port,
+                reuse_address=True,
+                backlog=1024,
+            )
+            self._servers.append(server)
+            bound_port = server.sockets[0].getsockname()[1]
+            self.bound[name] = (host, bound_port)
+        metrics_url = self.config["metrics.listener"]
+        if metrics_url:
+            metrics_server = await serve_metrics(self.metrics, metrics_url)
+            self._servers.append(metrics_server)
+            self.metrics_address = metrics_server.sockets[0].getsockname()[:2]
+        self._background = [
+            asyncio.create_task(
+                self._every("log.retention.check.interval.ms", self.log_manager.enforce_retention)
+            ),
+            asyncio.create_task(
+                self._every("log.flush.scheduler.interval.ms", self.log_manager.flush_dirty)
+            ),
+            asyncio.create_task(
+                self._every(
+                    "log.flush.offset.checkpoint.interval.ms",
+                    lambda now_ms: self.log_manager.checkpoint(),
+                )
+            ),
+        ]
+        addresses = ", ".join(f"{n}://{h or '0.0.0.0'}:{p}" for n, (h, p) in self.bound.items())
+        log.info(
+            "Fjord broker %d started (cluster %s), listening on %s",
+            self.node_id,
+            self.image.cluster_id,
+            addresses,
+        )
+
+    async def stop(self) -> None:
+        for server in self._servers:
+            server.close()
+        for task in self._background:
+            task.cancel()
+        for conn in list(self.connections):
+            conn.close()
+        for server in self._servers:
+            await server.wait_closed()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        self.log_manager.close()
+        self.store.close()
+        self._metadata_thread.shutdown()
+        log.info("Fjord broker %d stopped cleanly", self.node_id)
+
+    async def _every(self, config_name: str, job) -> None:
+        while True:
+            interval_ms = min(self.config[config_name], 2**31)
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                job(int(time.time() * 1000))
+            except Exception:
+                log.exception("background job for %s failed", config_name)
+
+    async def _in_metadata_thread(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._metadata_thread, fn, *args)
+
+    def _drop_stray_logs(self) -> None:
+        """Logs of topics the store no longer knows (a delete interrupted by a crash)."""
+        for (topic, partition), _ in list(self.log_manager.logs()):
+            meta = self.image.topic(topic)
+            if meta is None or partition >= meta.partitions:
+                log.warning("deleting stray log %s-%d", topic, partition)
+                self.log_manager.delete(topic, partition)
+
+    def _partition_logs(self):
+        for (topic, partition), log_ in self.log_manager.logs():
+            yield topic, partition, log_
+
+    def advertised_address(self, listener: str) -> tuple[str, int]:
+        for name, host, port in self.config.advertised_listeners():
+            if name == listener:
+                bound_host, bound_port = self.bound.get(name, (host, port))
+                host = host or socket.getfqdn()
+                return ("127.0.0.1" if host in ("0.0.0.0", "::") else host, port or bound_port)
+        host, port = self.bound[listener]
+        return host or socket.getfqdn(), port
+
+    # -- state changes (serialized; durable in the store before they become visible) ---------
+
+    async def create_topic(
+        self, name: str, partitions: int, configs: dict[str, str]
+    ) -> TopicMetadata:
+        async with self._metadata_lock:
+            existing = self.image.topic(name)
+            if existing is not None:
+                return existing
+            topic = TopicMetadata(name, uuid.uuid4(), partitions, dict(configs))
+            await self._in_metadata_thread(self.store.create_topic, topic)
+            self.replica_manager.open_partitions(topic)
+            self.image.put(topic)
+            log.info("created topic %s with %d partition(s)", name, partitions)
+            return topic
+
+    async def auto_create_topic(self, name: str) -> TopicMetadata:
+        return await self.create_topic(name, self.config["num.partitions"], {})
+
+    async def delete_topic(self, name: str) -> None:
+        async with self._metadata_lock:
+            topic = self.image.topic(name)
+            if topic is None:
+                return
+            await self._in_metadata_thread(self.store.delete_topic, name)
+            self.image.remove(name)
+            self.replica_manager.delete_partitions(topic)
+            log.info("deleted topic %s", name)
+
+    async def add_partitions(self, name: str, count: int) -> None:
+        async with self._metadata_lock:
+            topic = self.image.topic(name)
+            await self._in_metadata_thread(self.store.set_partitions, name, count)
+            topic.partitions = count
+            self.replica_manager.open_partitions(topic)
+
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        async with self._metadata_lock:
+            topic = self.image.topic(name)
+            await self._in_metadata_thread(self.store.set_topic_configs, name, configs)
+            topic.configs = dict(configs)
+            self.replica_manager.reconfigure([topic])
+
+    async def set_broker_configs(self, configs: dict[str, str]) -> None:
+        async with self._metadata_lock:
+            parsed = validate_dynamic_broker_configs(configs)
+            stored = {k: render(v) for k, v in parsed.items()}
+            await self._in_metadata_thread(self.store.set_broker_configs, stored)
+            self.dynamic_broker_configs = stored
+            self.config.set_dynamic(parsed)
+            self.replica_manager.reconfigure()
+
+    async def delete_records(self, log_: Log, offset: int) -> int:
+        low_watermark = log_.delete_records_before(offset)
+        self.log_manager.checkpoint()
+        return low_watermark

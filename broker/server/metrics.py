@@ -1,0 +1,120 @@
+"""The broker's Prometheus registry and its HTTP endpoint (`metrics.listener`).
+
+Per-partition gauges are computed when scraped, so the produce and fetch paths pay nothing for
+them. Later subsystems register their own collectors on `BrokerMetrics.registry`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from urllib.parse import urlsplit
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+log = logging.getLogger("broker.metrics")
+
+LATENCY_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
+
+
+class BrokerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("fjord_requests", "Requests handled, by API.", ["api"], registry=r)
+        self.request_latency = Histogram(
+            "fjord_request_latency_seconds",
+            "Time from a request's arrival to its response, by API.",
+            ["api"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.request_bytes = Counter(
+            "fjord_request_bytes", "Bytes received in requests, by API.", ["api"], registry=r
+        )
+        self.response_bytes = Counter(
+            "fjord_response_bytes", "Bytes sent in responses, by API.", ["api"], registry=r
+        )
+        self.connections = Gauge(
+            "fjord_connections", "Open client connections, by listener.", ["listener"], registry=r
+        )
+
+    def add_partition_gauges(self, partitions: Callable[[], Iterable[tuple[str, int, object]]]):
+        self.registry.register(_PartitionCollector(partitions))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _PartitionCollector:
+    def __init__(self, partitions) -> None:
+        self.partitions = partitions
+
+    def collect(self):
+        hw = GaugeMetricFamily(
+            "fjord_partition_high_watermark",
+            "High watermark of each partition.",
+            labels=["topic", "partition"],
+        )
+        start = GaugeMetricFamily(
+            "fjord_partition_log_start_offset",
+            "Log start offset of each partition.",
+            labels=["topic", "partition"],
+        )
+        for topic, partition, log_ in self.partitions():
+            labels = [topic, str(partition)]
+            hw.add_metric(labels, log_.high_watermark)
+            start.add_metric(labels, log_.log_start_offset)
+        yield hw
+        yield start
+
+
+async def serve_metrics(metrics: BrokerMetrics, url: str) -> asyncio.Server:
+    """A minimal HTTP/1.1 endpoint: GET <path> answers the registry, anything else 404."""
+    parts = urlsplit(url)
+    path = parts.path or "/metrics"
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request_line = await asyncio.wait_for(reader.readline(), 10)
+            while (await asyncio.wait_for(reader.readline(), 10)) not in (b"\r\n", b"\n", b""):
+                pass
+            method, target, *_ = request_line.decode("latin-1").split() + ["", ""]
+            if method == "GET" and target.split("?")[0] == path:
+                body, status = metrics.render(), "200 OK"
+                ctype = "text/plain; version=0.0.4; charset=utf-8"
+            else:
+                body, status, ctype = b"not found\n", "404 Not Found", "text/plain"
+            writer.write(
+                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            )
+            writer.write(body)
+            await writer.drain()
+        except (TimeoutError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, parts.hostname, parts.port)
+    return server

@@ -1,0 +1,149 @@
+"""Partitions hosted by this broker: their logs, leader epochs and the fetches parked on them.
+
+Kafka's ReplicaManager plus its fetch purgatory. A parked fetch is woken by the appends that give
+it enough bytes, never by a polling loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+from broker.config import BrokerConfig
+from broker.metadata.image import MetadataImage, TopicMetadata
+from broker.storage import Log, LogConfig, LogManager
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(eq=False)
+class FetchWaiter:
+    """A fetch waiting for `needed` more bytes to arrive on any of `partitions`."""
+
+    needed: int
+    partitions: list[TopicPartition]
+    future: asyncio.Future = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+    def on_append(self, size: int) -> None:
+        self.needed -= size
+        if self.needed <= 0 and not self.future.done():
+            self.future.set_result(None)
+
+
+class ReplicaManager:
+    def __init__(self, config: BrokerConfig, log_manager: LogManager, image: MetadataImage) -> None:
+        self.config = config
+        self.log_manager = log_manager
+        self.image = image
+        # Single node: every partition's leader is this broker, epoch 0 since creation.
+        self.leader_epoch = 0
+        self._waiters: dict[TopicPartition, set[FetchWaiter]] = defaultdict(set)
+
+    # -- configuration ---------------------------------------------------------------------
+
+    def log_config(self, topic: TopicMetadata | None) -> LogConfig:
+        """Broker defaults overlaid with the topic's overrides, as typed values."""
+        from broker.config import TOPIC_CONFIGS
+
+        values = self.config.topic_defaults()
+        if topic is not None:
+            for name, raw in topic.configs.items():
+                values[name] = TOPIC_CONFIGS[name].parse(raw)
+        return LogConfig(
+            segment_bytes=values["segment.bytes"],
+            segment_ms=values["segment.ms"],
+            retention_ms=values["retention.ms"],
+            retention_bytes=values["retention.bytes"],
+            index_interval_bytes=values["index.interval.bytes"],
+            segment_index_bytes=values["segment.index.bytes"],
+            flush_interval_messages=values["flush.messages"],
+            flush_interval_ms=values["flush.ms"],
+            message_timestamp_type=values["message.timestamp.type"],
+            cleanup_policy=",".join(values["cleanup.policy"]),
+            file_delete_delay_ms=values["file.delete.delay.ms"],
+        )
+
+    def topic_config_value(self, topic: TopicMetadata, name: str) -> object:
+        from broker.config import TOPIC_CONFIGS, TOPIC_TO_BROKER
+
+        if name in topic.configs:
+            return TOPIC_CONFIGS[name].parse(topic.configs[name])
+        return self.config[TOPIC_TO_BROKER[name]]
+
+    def reconfigure(self, topics: Iterable[TopicMetadata] | None = None) -> None:
+        """Push changed configs into the open logs (after AlterConfigs)."""
+        for topic in topics if topics is not None else self.image.topics():
+            config = self.log_config(topic)
+            for partition in range(topic.partitions):
+                log = self.log_manager.get(topic.name, partition)
+                if log is not None:
+                    log.update_config(config)
+
+    # -- partitions --------------------------------------------------------------------------
+
+    def open_partitions(self, topic: TopicMetadata) -> None:
+        """Create the logs of every partition of `topic` that has none yet."""
+        config = self.log_config(topic)
+        for partition in range(topic.partitions):
+            if self.log_manager.get(topic.name, partition) is None:
+                self.log_manager.create(topic.name, partition, config)
+
+    def delete_partitions(self, topic: TopicMetadata) -> None:
+        for partition in range(topic.partitions):
+            if self.log_manager.get(topic.name, partition) is not None:
+                self.log_manager.delete(topic.name, partition)
+            for waiter in self._waiters.pop((topic.name, partition), ()):
+                if not waiter.future.done():
+                    waiter.future.set_result(None)
+
+    def log(self, topic: str, partition: int) -> Log | None:
+        return self.log_manager.get(topic, partition)
+
+    # -- appends and parked fetches ----------------------------------------------------------
+
+    def appended(self, tp: TopicPartition, size: int) -> None:
+        waiters = self._waiters.get(tp)
+        if waiters:
+            for waiter in list(waiters):
+                waiter.on_append(size)
+
+    def parked(self, tp: TopicPartition) -> int:
+        """How many fetches are waiting for data on `tp`."""
+        return len(self._waiters.get(tp, ()))
+
+    def park(self, waiter: FetchWaiter) -> None:
+        for tp in waiter.partitions:
+            self._waiters[tp].add(waiter)
+
+    def unpark(self, waiter: FetchWaiter) -> None:
+        for tp in waiter.partitions:
+            waiters = self._waiters.get(tp)
+            if waiters is not None:
+                waiters.discard(waiter)
+                if not waiters:
+                    del self._waiters[tp]
+
+    # -- lookups shared by the partition APIs ------------------------------------------------
+
+    def lookup(self, topic: str | None, partition: int) -> tuple[Log | None, ErrorCode]:
+        meta = self.image.topic(topic) if topic is not None else None
+        if meta is None or not 0 <= partition < meta.partitions:
+            return None, ErrorCode.unknown_topic_or_partition
+        log = self.log_manager.get(topic, partition)
+        if log is None:
+            return None, ErrorCode.unknown_topic_or_partition
+        return log, ErrorCode.none
+
+    def check_leader_epoch(self, current_leader_epoch: int) -> ErrorCode:
+        """Kafka's fencing of requests made with a stale (or future) view of the leader."""
+        if current_leader_epoch == -1 or current_leader_epoch == self.leader_epoch:
+            return ErrorCode.none
+        if current_leader_epoch > self.leader_epoch:
+            return ErrorCode.unknown_leader_epoch
+        return ErrorCode.fenced_leader_epoch

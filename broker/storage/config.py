@@ -1,0 +1,34 @@
+"""Per-log settings, named after Kafka's topic configs (segment.bytes -> segment_bytes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LONG_MAX = (1 << 63) - 1
+
+
+@dataclass(slots=True, frozen=True)
+class LogConfig:
+    segment_bytes: int = 1073741824
+    segment_ms: int = 604800000
+    segment_jitter_ms: int = 0
+    segment_index_bytes: int = 10485760
+    index_interval_bytes: int = 4096
+    retention_ms: int = 604800000  # -1: keep forever
+    retention_bytes: int = -1  # -1: no size limit
+    flush_interval_messages: int = LONG_MAX
+    flush_interval_ms: int = LONG_MAX
+    message_timestamp_type: str = "CreateTime"  # or "LogAppendTime"
+    cleanup_policy: str = "delete"
+    file_delete_delay_ms: int = 60000
+    max_message_bytes: int = 1048588
+    preallocate: bool = False
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def max_index_entries(self) -> int:
+        # Kafka sizes index files from segment.index.bytes; each offset entry is 8 bytes.
+        return max(1, self.segment_index_bytes // 8)

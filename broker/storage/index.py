@@ -1,0 +1,177 @@
+"""Sparse segment indexes in Kafka's file formats, held in memory and written through.
+
+`.index`: 8-byte entries (int32 offset relative to the segment base, int32 file position),
+mapping the LAST offset of an indexed batch to the position where that batch starts.
+`.timeindex`: 12-byte entries (int64 timestamp, int32 relative offset), timestamps strictly
+increasing. Both big-endian. Kafka preallocates and mmaps them; we append entries to the
+file as they are made, so the file is always a valid, trimmed index.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+from array import array
+from bisect import bisect_right
+from pathlib import Path
+
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+OFFSET_ENTRY_SIZE = _OFFSET_ENTRY.size
+TIME_ENTRY_SIZE = _TIME_ENTRY.size
+
+
+class CorruptIndexError(Exception):
+    """An index file fails its sanity check; the segment must be recovered to rebuild it."""
+
+
+class _IndexFile:
+    def __init__(self, path: Path, base_offset: int, max_entries: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.max_entries = max_entries
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def _read_all(self) -> bytes:
+        size = os.fstat(self._fd).st_size
+        return os.pread(self._fd, size, 0) if size else b""
+
+    def _write(self, entry: bytes) -> None:
+        os.write(self._fd, entry)
+
+    def _truncate_entries(self, count: int, entry_size: int) -> None:
+        os.ftruncate(self._fd, count * entry_size)
+
+    def flush(self) -> None:
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def rename(self, path: Path) -> None:
+        os.rename(self.path, path)
+        self.path = path
+
+
+def _unpack_column(raw: bytes, typecode: str) -> array:
+    column = array(typecode, raw)
+    if sys.byteorder == "little":
+        column.byteswap()
+    return column
+
+
+class OffsetIndex(_IndexFile):
+    def __init__(self, path: Path, base_offset: int, max_entries: int) -> None:
+        super().__init__(path, base_offset, max_entries)
+        self._offsets = array("i")  # relative
+        self._positions = array("i")
+
+    def load(self, log_size: int) -> None:
+        """Read the file; raise CorruptIndexError unless it is well-formed for this segment."""
+        raw = self._read_all()
+        if len(raw) % OFFSET_ENTRY_SIZE:
+            raise CorruptIndexError(f"{self.path}: size {len(raw)} not a multiple of 8")
+        pairs = _unpack_column(raw, "i")
+        offsets, positions = pairs[0::2], pairs[1::2]
+        for i in range(len(offsets)):
+            if offsets[i] < 0 or positions[i] < 0 or positions[i] >= max(log_size, 1):
+                raise CorruptIndexError(f"{self.path}: entry {i} out of range")
+            if i and (offsets[i] <= offsets[i - 1] or positions[i] <= positions[i - 1]):
+                raise CorruptIndexError(f"{self.path}: entry {i} not increasing")
+        self._offsets, self._positions = offsets, positions
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    @property
+    def is_full(self) -> bool:
+        return len(self._offsets) >= self.max_entries
+
+    @property
+    def last_entry(self) -> tuple[int, int]:
+        """(offset, position) of the last entry, or (base_offset, 0) when empty."""
+        if not self._offsets:
+            return self.base_offset, 0
+        return self.base_offset + self._offsets[-1], self._positions[-1]
+
+    def append(self, offset: int, position: int) -> None:
+        relative = offset - self.base_offset
+        if self._offsets and relative <= self._offsets[-1]:
+            raise ValueError(f"index offset {offset} not above the last entry")
+        self._write(_OFFSET_ENTRY.pack(relative, position))
+        self._offsets.append(relative)
+        self._positions.append(position)
+
+    def lookup(self, offset: int) -> tuple[int, int]:
+        """The last entry whose offset is <= `offset`, or (base_offset, 0)."""
+        slot = bisect_right(self._offsets, offset - self.base_offset) - 1
+        if slot < 0:
+            return self.base_offset, 0
+        return self.base_offset + self._offsets[slot], self._positions[slot]
+
+    def reset(self) -> None:
+        self._offsets, self._positions = array("i"), array("i")
+        self._truncate_entries(0, OFFSET_ENTRY_SIZE)
+
+
+class TimeIndex(_IndexFile):
+    def __init__(self, path: Path, base_offset: int, max_entries: int) -> None:
+        super().__init__(path, base_offset, max_entries)
+        self._timestamps = array("q")
+        self._offsets = array("i")  # relative
+
+    def load(self) -> None:
+        raw = self._read_all()
+        if len(raw) % TIME_ENTRY_SIZE:
+            raise CorruptIndexError(f"{self.path}: size {len(raw)} not a multiple of 12")
+        timestamps, offsets = array("q"), array("i")
+        for i in range(len(raw) // TIME_ENTRY_SIZE):
+            ts, rel = _TIME_ENTRY.unpack_from(raw, i * TIME_ENTRY_SIZE)
+            if rel < 0 or (i and (ts <= timestamps[-1] or rel < offsets[-1])):
+                raise CorruptIndexError(f"{self.path}: entry {i} out of order")
+            timestamps.append(ts)
+            offsets.append(rel)
+        self._timestamps, self._offsets = timestamps, offsets
+
+    def __len__(self) -> int:
+        return len(self._timestamps)
+
+    @property
+    def is_full(self) -> bool:
+        return len(self._timestamps) >= self.max_entries
+
+    @property
+    def last_entry(self) -> tuple[int, int]:
+        """(timestamp, offset) of the last entry, or (-1, base_offset) when empty."""
+        if not self._timestamps:
+            return -1, self.base_offset
+        return self._timestamps[-1], self.base_offset + self._offsets[-1]
+
+    def maybe_append(self, timestamp: int, offset: int, *, skip_full_check: bool = False) -> None:
+        """Append only a timestamp above the last one: entries must strictly increase."""
+        if not skip_full_check and self.is_full:
+            raise ValueError(f"time index {self.path} is full")
+        if self._timestamps and timestamp <= self._timestamps[-1]:
+            return
+        if timestamp < 0:
+            return
+        relative = offset - self.base_offset
+        if self._offsets and relative < self._offsets[-1]:
+            raise ValueError(f"time index offset {offset} below the last entry")
+        self._write(_TIME_ENTRY.pack(timestamp, relative))
+        self._timestamps.append(timestamp)
+        self._offsets.append(relative)
+
+    def lookup(self, timestamp: int) -> int:
+        """Offset of the last entry with timestamp <= `timestamp`, or the base offset."""
+        slot = bisect_right(self._timestamps, timestamp) - 1
+        if slot < 0:
+            return self.base_offset
+        return self.base_offset + self._offsets[slot]
+
+    def reset(self) -> None:
+        self._timestamps, self._offsets = array("q"), array("i")
+        self._truncate_entries(0, TIME_ENTRY_SIZE)

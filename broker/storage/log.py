@@ -1,0 +1,505 @@
+"""A partition's log: an ordered run of segments with offsets, retention and recovery."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker.records.batch import BatchHeader, iter_batches, with_log_append_time
+from broker.storage.config import LogConfig
+from broker.storage.errors import OffsetOutOfRangeError
+from broker.storage.segment import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+)
+
+# Left behind by an interrupted cleaner (KIP-less Kafka convention); never part of the log.
+_CLEANED_SUFFIX = ".cleaned"
+
+
+@dataclass(slots=True, frozen=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    log_append_time_ms: int  # -1 with CreateTime, as in ProduceResponse
+    max_timestamp: int
+    log_start_offset: int
+
+
+@dataclass(slots=True)
+class FetchData:
+    """Whole batches as file slices; `first_offset` is the first returned batch's base offset
+    (the requested offset when nothing is returned)."""
+
+    records: list[bytes | memoryview]
+    size: int
+    first_offset: int
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Log:
+    def __init__(self, directory: Path, config: LogConfig, segments: list[LogSegment]) -> None:
+        self.directory = directory
+        self.config = config
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._log_end_offset = segments[-1].next_offset
+        self._log_start_offset = segments[0].base_offset
+        self._high_watermark = self._log_end_offset
+        self._recovery_point = 0
+        self._unflushed_messages = 0
+        self._dir_dirty = False  # created or renamed files the directory entry must persist
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        # Serialises structural changes against flush()/read() running in worker threads;
+        # fsync itself happens outside it so appends never wait for the disk.
+        self._lock = threading.RLock()
+
+    # ---- loading -------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        clean_shutdown: bool = False,
+        now_ms: int | None = None,
+    ) -> Log:
+        """Load the segments in `directory`, recovering what an unclean shutdown may have torn.
+
+        After an unclean shutdown every segment from the one holding `recovery_point` onward
+        is rescanned (CRC-checked, indexes rebuilt) and the log is cut at the first invalid
+        batch, dropping any later segments, as Kafka's LogLoader does. Segments with missing
+        or inconsistent indexes are rebuilt whatever the shutdown was.
+        """
+        now = _now_ms() if now_ms is None else now_ms
+        directory.mkdir(parents=True, exist_ok=True)
+        bases = _scan_directory(directory)
+        segments: list[LogSegment] = []
+        needs_rebuild: list[bool] = []
+        for base in bases:
+            segment, rebuild = LogSegment.open(directory, base, config, now)
+            segments.append(segment)
+            needs_rebuild.append(rebuild)
+        first_unflushed = len(segments)
+        if not clean_shutdown and segments:
+            first_unflushed = max(0, bisect_right(bases, recovery_point) - 1)
+        for i, segment in enumerate(segments):
+            is_last = i == len(segments) - 1
+            if i >= first_unflushed or needs_rebuild[i]:
+                truncated = segment.recover(segment.base_offset)
+                if truncated and i >= first_unflushed:
+                    for later in segments[i + 1 :]:
+                        later.delete_files()
+                    del segments[i + 1 :]
+                    break
+            elif is_last and not segment.load_tail():
+                segment.recover(segment.base_offset)
+        if not segments:
+            segments.append(LogSegment.create(directory, max(0, log_start_offset), config, now))
+        log = cls(directory, config, segments)
+        if log_start_offset > log._log_end_offset:
+            # The checkpointed start lies past what survived: start over at that offset.
+            log._replace_all_segments(log_start_offset, now)
+        log._log_start_offset = max(log_start_offset, log._segments[0].base_offset)
+        log._recovery_point = max(log._log_start_offset, min(recovery_point, log._log_end_offset))
+        log._high_watermark = log._log_end_offset
+        return log
+
+    def _replace_all_segments(self, base_offset: int, now_ms: int) -> None:
+        for segment in self._segments:
+            segment.delete_files()
+        self._segments = [LogSegment.create(self.directory, base_offset, self.config, now_ms)]
+        self._bases = [base_offset]
+        self._log_end_offset = base_offset
+        self._dir_dirty = True
+
+    # ---- properties ----------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark (replication drives it later), kept within [start, end]."""
+        self._high_watermark = min(max(offset, self._log_start_offset), self._log_end_offset)
+        return self._high_watermark
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+        self._segments[-1].index_interval_bytes = config.index_interval_bytes
+
+    # ---- appending -----------------------------------------------------------------------
+
+    def append(
+        self,
+        data: bytes | memoryview,
+        header: BatchHeader,
+        *,
+        now_ms: int,
+        leader_epoch: int | None = None,
+        assign_offsets: bool = True,
+    ) -> AppendResult:
+        """Append one validated batch, stamping its base offset without copying the records.
+
+        Only the first 16 bytes (base offset, length, leader epoch: outside the CRC) are
+        replaced, or the whole 61-byte header under LogAppendTime; the rest is handed to
+        writev as a view of `data`. With `assign_offsets=False` (replicas, tests) the batch
+        keeps its offsets, which must not go backwards.
+        """
+        view = memoryview(data)
+        size = header.size
+        if len(view) < size:
+            raise ValueError(f"batch of {size} bytes given only {len(view)} bytes")
+        with self._lock:
+            if assign_offsets:
+                base_offset = self._log_end_offset
+            else:
+                base_offset = header.base_offset
+                if base_offset < self._log_end_offset:
+                    raise ValueError(
+                        f"offset {base_offset} below log end offset {self._log_end_offset}"
+                    )
+            last_offset = base_offset + header.last_offset_delta
+            if self.config.log_append_time:
+                head = bytearray(with_log_append_time(view, now_ms, base_offset=base_offset))
+                max_timestamp = log_append_time = now_ms
+            else:
+                head = bytearray(view[:16])
+                struct.pack_into(">q", head, 0, base_offset)
+                max_timestamp, log_append_time = header.max_timestamp, -1
+            if leader_epoch is not None:
+                struct.pack_into(">i", head, 12, leader_epoch)
+            segment = self._maybe_roll(size, max_timestamp, last_offset, now_ms)
+            segment.append([head, view[len(head) : size]], size, last_offset, max_timestamp)
+            self._log_end_offset = last_offset + 1
+            self._high_watermark = self._log_end_offset  # single node: every write is committed
+            self._unflushed_messages += header.last_offset_delta + 1
+            must_flush = self._unflushed_messages >= self.config.flush_interval_messages
+        if must_flush:
+            self.flush()
+        return AppendResult(
+            base_offset, last_offset, log_append_time, max_timestamp, self._log_start_offset
+        )
+
+    def _maybe_roll(
+        self, size: int, max_timestamp: int, last_offset: int, now_ms: int
+    ) -> LogSegment:
+        """Kafka's LogSegment.shouldRoll: size, segment.ms since the first batch's timestamp,
+        full indexes, or offsets beyond 32-bit relative range."""
+        active = self._segments[-1]
+        if active.size == 0:
+            return active
+        config = self.config
+        expired = (
+            active.time_waited_for_roll(now_ms, max_timestamp)
+            > config.segment_ms - config.segment_jitter_ms
+        )
+        if (
+            active.size > config.segment_bytes - size
+            or expired
+            or active.offset_index.is_full
+            or active.time_index.is_full
+            or not active.can_hold(last_offset)
+        ):
+            return self.roll(now_ms)
+        return active
+
+    def roll(self, now_ms: int) -> LogSegment:
+        """Start a new active segment at the log end offset (no-op if the active one is empty)."""
+        with self._lock:
+            active = self._segments[-1]
+            if active.size == 0:
+                return active
+            active.on_become_inactive()
+            segment = LogSegment.create(self.directory, self._log_end_offset, self.config, now_ms)
+            self._segments.append(segment)
+            self._bases.append(segment.base_offset)
+            self._dir_dirty = True
+            return segment
+
+    # ---- reading -------------------------------------------------------------------------
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> FetchData:
+        """Whole batches from the one containing `offset`, from a single segment as Kafka does.
+
+        Stops before a batch whose base offset is >= `max_offset` (high watermark or LSO) and
+        within `max_bytes`, except that with `min_one_batch` a first batch larger than
+        `max_bytes` is returned whole. Only the needed slice of the file is read.
+        """
+        with self._lock:
+            start, end = self._log_start_offset, self._log_end_offset
+            segments = self._segments[max(0, bisect_right(self._bases, offset) - 1) :]
+        if offset < start or offset > end:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} outside log range [{start}, {end}] of {self.directory.name}"
+            )
+        empty = FetchData([], 0, offset)
+        if offset == end:
+            return empty
+        for segment in segments:
+            found = segment.translate_offset(offset)
+            if found is None:
+                continue  # offset in a gap at the segment's end (compaction): try the next one
+            position, header = found
+            if max_offset is not None and header.base_offset >= max_offset:
+                return empty
+            limit = max(0, min(max_bytes, segment.size - position))
+            chunk = segment.read_at(position, limit) if limit else b""
+            total = 0
+            for pos, batch in iter_batches(chunk):
+                if max_offset is not None and batch.base_offset >= max_offset:
+                    break
+                total = pos + batch.size
+            if not total:
+                if not min_one_batch:
+                    return empty
+                chunk = segment.read_at(position, header.size)
+                total = header.size
+            data: bytes | memoryview = chunk if total == len(chunk) else memoryview(chunk)[:total]
+            return FetchData([data], total, header.base_offset)
+        return empty
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the earliest record stamped >= `timestamp_ms` (ListOffsets)."""
+        with self._lock:
+            segments = list(self._segments)
+            start = self._log_start_offset
+        for segment in segments:
+            if segment.max_timestamp_so_far >= timestamp_ms:
+                found = segment.find_offset_by_timestamp(timestamp_ms, start)
+                if found is not None:
+                    return found
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """ListOffsets MAX_TIMESTAMP (-3): the earliest record carrying the log's largest
+        timestamp, found in the first segment holding it (Kafka 3.8+ semantics)."""
+        with self._lock:
+            segments = list(self._segments)
+        best = segments[0]
+        for segment in segments[1:]:
+            if segment.max_timestamp_so_far > best.max_timestamp_so_far:
+                best = segment
+        return best.offset_of_max_timestamp()
+
+    # ---- deletion ------------------------------------------------------------------------
+
+    def delete_records_before(self, offset: int, *, now_ms: int | None = None) -> int:
+        """DeleteRecords: move the log start offset up to `offset` (at most the high
+        watermark) and drop segments that lie wholly below it. Returns the new start."""
+        now = _now_ms() if now_ms is None else now_ms
+        with self._lock:
+            if offset < 0 or offset > self._high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records before {offset}: high watermark is "
+                    f"{self._high_watermark}"
+                )
+            if offset > self._log_start_offset:
+                self._advance_log_start_offset(offset)
+            self._delete_old_segments(self._start_offset_breached, now)
+            self._purge_deleted(now)
+            return self._log_start_offset
+
+    def enforce_retention(self, now_ms: int) -> int:
+        """Delete segments past retention.ms (by their largest record timestamp) and beyond
+        retention.bytes, plus those below the log start offset. Returns how many went."""
+        with self._lock:
+            deleted = 0
+            config = self.config
+            if "delete" in config.cleanup_policy:
+                if config.retention_ms >= 0:
+                    deleted += self._delete_old_segments(
+                        lambda seg, _nxt: now_ms - seg.largest_timestamp() > config.retention_ms,
+                        now_ms,
+                    )
+                if config.retention_bytes >= 0:
+                    deleted += self._delete_old_segments(self._size_breached(), now_ms)
+            deleted += self._delete_old_segments(self._start_offset_breached, now_ms)
+            self._purge_deleted(now_ms)
+            return deleted
+
+    def _start_offset_breached(self, _segment: LogSegment, nxt: LogSegment | None) -> bool:
+        return nxt is not None and nxt.base_offset <= self._log_start_offset
+
+    def _size_breached(self) -> Callable[[LogSegment, LogSegment | None], bool]:
+        excess = self.size_in_bytes - self.config.retention_bytes
+
+        def breached(segment: LogSegment, _nxt: LogSegment | None) -> bool:
+            nonlocal excess
+            if excess - segment.size >= 0:
+                excess -= segment.size
+                return True
+            return False
+
+        return breached
+
+    def _delete_old_segments(
+        self, predicate: Callable[[LogSegment, LogSegment | None], bool], now_ms: int
+    ) -> int:
+        """Kafka's deletableSegments: a prefix of segments, all below the high watermark,
+        never an empty active segment; deleting every segment first rolls a new one."""
+        deletable: list[LogSegment] = []
+        segments = self._segments
+        for i, segment in enumerate(segments):
+            nxt = segments[i + 1] if i + 1 < len(segments) else None
+            upper = nxt.base_offset if nxt is not None else self._log_end_offset
+            if nxt is None and segment.size == 0:
+                break
+            if self._high_watermark < upper or not predicate(segment, nxt):
+                break
+            deletable.append(segment)
+        if not deletable:
+            return 0
+        if len(deletable) == len(segments):
+            self.roll(now_ms)
+        del self._segments[: len(deletable)]
+        del self._bases[: len(deletable)]
+        self._advance_log_start_offset(self._segments[0].base_offset)
+        for segment in deletable:
+            segment.mark_deleted()
+            self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, segment))
+        self._dir_dirty = True
+        return len(deletable)
+
+    def _advance_log_start_offset(self, offset: int) -> None:
+        if offset > self._log_start_offset:
+            self._log_start_offset = offset
+            self._high_watermark = max(self._high_watermark, offset)
+            self._recovery_point = max(self._recovery_point, offset)
+
+    def _purge_deleted(self, now_ms: int) -> None:
+        """Unlink *.deleted files once file.delete.delay.ms has let in-flight reads finish."""
+        keep = []
+        for due, segment in self._pending_deletes:
+            if due <= now_ms:
+                segment.delete_files()
+            else:
+                keep.append((due, segment))
+        self._pending_deletes = keep
+
+    # ---- durability ----------------------------------------------------------------------
+
+    def flush(self, offset: int | None = None) -> None:
+        """fsync segments holding offsets below `offset` (default: everything) and advance
+        the recovery point there. Safe to run in a worker thread next to appends."""
+        with self._lock:
+            target = self._log_end_offset if offset is None else min(offset, self._log_end_offset)
+            if target <= self._recovery_point and not self._dir_dirty:
+                return
+            segments = self._segments
+            to_sync = []
+            for i, segment in enumerate(segments):
+                nxt = segments[i + 1].base_offset if i + 1 < len(segments) else target + 1
+                if segment.base_offset < target and nxt > self._recovery_point:
+                    to_sync.append(segment)
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+            if offset is None:
+                self._unflushed_messages = 0
+        for segment in to_sync:
+            segment.flush()
+        if dir_dirty:
+            fd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        with self._lock:
+            self._recovery_point = max(self._recovery_point, target)
+
+    def flush_rolled_segments(self) -> None:
+        """Kafka flushes a segment soon after rolling it; this does it when the owner calls."""
+        active_base = self._segments[-1].base_offset
+        if self._recovery_point < active_base:
+            self.flush(active_base)
+
+    def close(self) -> None:
+        """Flush everything and leave valid, trimmed index files for a clean reopen."""
+        with self._lock:
+            self._segments[-1].on_become_inactive()
+        self.flush()
+        with self._lock:
+            for segment in self._segments:
+                segment.close()
+            for _, segment in self._pending_deletes:
+                segment.delete_files()
+            self._pending_deletes = []
+
+    def delete(self) -> None:
+        """Close without flushing and remove the whole partition directory."""
+        with self._lock:
+            for segment in self._segments:
+                segment.close()
+            for _, segment in self._pending_deletes:
+                segment.close()
+            self._pending_deletes = []
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _scan_directory(directory: Path) -> list[int]:
+    """Base offsets of the segments present; drops leftovers Kafka also drops at load."""
+    logs: set[int] = set()
+    indexes: dict[int, list[Path]] = {}
+    for entry in os.scandir(directory):
+        name = entry.name
+        if name.endswith(DELETED_SUFFIX) or name.endswith(_CLEANED_SUFFIX):
+            os.unlink(entry.path)
+            continue
+        stem, _, suffix = name.partition(".")
+        if len(stem) != 20 or not stem.isdigit():
+            continue
+        if "." + suffix == LOG_SUFFIX:
+            logs.add(int(stem))
+        elif "." + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            indexes.setdefault(int(stem), []).append(Path(entry.path))
+    for base, paths in indexes.items():
+        if base not in logs:  # an index without its log is garbage
+            for path in paths:
+                path.unlink(missing_ok=True)
+    return sorted(logs)

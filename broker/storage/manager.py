@@ -1,0 +1,179 @@
+"""All partition logs of a broker across its log.dirs (Kafka's LogManager)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from broker.storage.checkpoint import (
+    CorruptCheckpointError,
+    TopicPartition,
+    fsync_directory,
+    read_checkpoint,
+    write_checkpoint,
+)
+from broker.storage.config import LogConfig
+from broker.storage.log import Log, _now_ms
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+DELETE_DIR_SUFFIX = "-delete"
+FUTURE_DIR_SUFFIX = "-future"
+STRAY_DIR_SUFFIX = "-stray"
+
+
+def parse_log_dir_name(name: str) -> TopicPartition | None:
+    """`<topic>-<partition>`; topics may contain '-', so the partition follows the last one."""
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit():
+        return None
+    return topic, int(partition)
+
+
+class LogManager:
+    def __init__(self, log_dirs: list[Path]) -> None:
+        if not log_dirs:
+            raise ValueError("at least one log dir is required")
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self._logs: dict[TopicPartition, Log] = {}
+        self._dir_of: dict[TopicPartition, Path] = {}
+        self._last_flush_ms: dict[TopicPartition, int] = {}
+
+    def load(self, config_for: Callable[[str], LogConfig], *, now_ms: int | None = None) -> None:
+        """Open every partition directory; without a clean-shutdown marker, logs recover
+        from their checkpointed recovery points."""
+        now = _now_ms() if now_ms is None else now_ms
+        for log_dir in self.log_dirs:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            marker = log_dir / CLEAN_SHUTDOWN_FILE
+            clean = marker.exists()
+            try:
+                recovery_points = read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
+            except CorruptCheckpointError:
+                recovery_points, clean = {}, False  # recover everything rather than trust it
+            try:
+                start_offsets = read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
+            except CorruptCheckpointError:
+                start_offsets = {}
+            for entry in sorted(os.scandir(log_dir), key=lambda e: e.name):
+                if not entry.is_dir():
+                    continue
+                if entry.name.endswith(DELETE_DIR_SUFFIX):
+                    shutil.rmtree(entry.path, ignore_errors=True)  # a deletion cut short
+                    continue
+                if entry.name.endswith((FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
+                    continue
+                tp = parse_log_dir_name(entry.name)
+                if tp is None:
+                    continue
+                if tp in self._logs:
+                    raise RuntimeError(f"duplicate log directories for {tp[0]}-{tp[1]}")
+                self._logs[tp] = Log.open(
+                    Path(entry.path),
+                    config_for(tp[0]),
+                    recovery_point=recovery_points.get(tp, 0),
+                    log_start_offset=start_offsets.get(tp, 0),
+                    clean_shutdown=clean,
+                    now_ms=now,
+                )
+                self._dir_of[tp] = log_dir
+                self._last_flush_ms[tp] = now
+            # From here on the directory holds unflushed writes until the next clean close.
+            marker.unlink(missing_ok=True)
+
+    def get(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def create(
+        self, topic: str, partition: int, config: LogConfig, *, now_ms: int | None = None
+    ) -> Log:
+        """Get or create the log, placing a new one in the log dir with fewest partitions."""
+        tp = (topic, partition)
+        existing = self._logs.get(tp)
+        if existing is not None:
+            return existing
+        now = _now_ms() if now_ms is None else now_ms
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._dir_of.values():
+            counts[d] += 1
+        log_dir = min(self.log_dirs, key=lambda d: counts[d])
+        directory = log_dir / f"{topic}-{partition}"
+        log = Log.open(directory, config, clean_shutdown=True, now_ms=now)
+        fsync_directory(log_dir)
+        self._logs[tp] = log
+        self._dir_of[tp] = log_dir
+        self._last_flush_ms[tp] = now
+        return log
+
+    def delete(self, topic: str, partition: int) -> None:
+        """Rename to `<topic>-<partition>.<uuid>-delete` first, so a crash mid-removal leaves
+        a directory that load() finishes deleting instead of reviving the partition."""
+        tp = (topic, partition)
+        log = self._logs.pop(tp, None)
+        log_dir = self._dir_of.pop(tp, None)
+        self._last_flush_ms.pop(tp, None)
+        if log is None or log_dir is None:
+            return
+        doomed = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        os.rename(log.directory, doomed)
+        fsync_directory(log_dir)
+        log.directory = doomed
+        log.delete()
+        self.checkpoint()
+
+    def logs(self) -> Iterable[tuple[TopicPartition, Log]]:
+        return list(self._logs.items())
+
+    def checkpoint(self) -> None:
+        """Write both checkpoint files of every log dir."""
+        for log_dir in self.log_dirs:
+            members = {tp: log for tp, log in self._logs.items() if self._dir_of[tp] == log_dir}
+            write_checkpoint(
+                log_dir / RECOVERY_POINT_CHECKPOINT,
+                {tp: log.recovery_point for tp, log in members.items()},
+            )
+            write_checkpoint(
+                log_dir / LOG_START_OFFSET_CHECKPOINT,
+                {tp: log.log_start_offset for tp, log in members.items()},
+            )
+
+    def flush_dirty(self, now_ms: int) -> int:
+        """fsync logs whose flush.ms has elapsed, and segments rolled since their last flush.
+        Blocking: run it off the event loop. Returns how many logs were fully flushed."""
+        flushed = 0
+        for tp, log in list(self._logs.items()):
+            if now_ms - self._last_flush_ms.get(tp, now_ms) >= log.config.flush_interval_ms:
+                log.flush()
+                self._last_flush_ms[tp] = now_ms
+                flushed += 1
+            else:
+                log.flush_rolled_segments()
+        return flushed
+
+    def enforce_retention(self, now_ms: int) -> int:
+        """Apply retention to every log; returns the number of segments deleted."""
+        deleted = sum(log.enforce_retention(now_ms) for _, log in list(self._logs.items()))
+        if deleted:
+            self.checkpoint()
+        return deleted
+
+    def close(self) -> None:
+        """Flush and close all logs, write checkpoints, then mark each dir cleanly shut down."""
+        for log in self._logs.values():
+            log.close()
+        self.checkpoint()
+        for log_dir in self.log_dirs:
+            marker = log_dir / CLEAN_SHUTDOWN_FILE
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, b'{"version":0,"brokerEpoch":-1}')
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            fsync_directory(log_dir)
+        self._logs.clear()
+        self._dir_of.clear()

@@ -1,0 +1,246 @@
+"""Every API at every version Fjord advertises answers a well-formed request with a response
+that decodes at that version and carries no error."""
+
+from __future__ import annotations
+
+import pytest
+from kafka_requests import ms, req
+from kio.schema.errors import ErrorCode
+
+from broker.apis.registry import API_SPECS
+from broker.records.batch import build_batch
+
+TOPIC = "sweep"
+
+
+def _topic_req(key, v, cls, **kw):
+    return req(key, v, cls, name=TOPIC, topic=TOPIC, **kw)
+
+
+def produce(v, topic_id):
+    batch = build_batch([(b"k", b"v", [], 1_700_000_000_000)])
+    part = req(0, v, "PartitionProduceData", index=0, records=batch)
+    return req(
+        0,
+        v,
+        "ProduceRequest",
+        acks=-1,
+        timeout=ms(5000),
+        transactional_id=None,
+        topic_data=(_topic_req(0, v, "TopicProduceData", partition_data=(part,)),),
+    )
+
+
+def fetch(v, topic_id):
+    part = req(
+        1,
+        v,
+        "FetchPartition",
+        partition=0,
+        fetch_offset=0,
+        partition_max_bytes=1 << 20,
+        current_leader_epoch=-1,
+        log_start_offset=-1,
+        last_fetched_epoch=-1,
+    )
+    topic = req(1, v, "FetchTopic", topic=TOPIC, topic_id=topic_id, partitions=(part,))
+    return req(
+        1,
+        v,
+        "FetchRequest",
+        replica_id=-1,
+        max_wait=ms(0),
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(topic,),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+
+
+def list_offsets(v, topic_id):
+    part = req(
+        2, v, "ListOffsetsPartition", partition_index=0, timestamp=-2, current_leader_epoch=-1
+    )
+    return req(
+        2,
+        v,
+        "ListOffsetsRequest",
+        replica_id=-1,
+        isolation_level=0,
+        topics=(_topic_req(2, v, "ListOffsetsTopic", partitions=(part,)),),
+    )
+
+
+def metadata(v, topic_id):
+    return req(
+        3,
+        v,
+        "MetadataRequest",
+        topics=(req(3, v, "MetadataRequestTopic", name=TOPIC, topic_id=None),),
+        allow_auto_topic_creation=False,
+        include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False,
+    )
+
+
+def api_versions(v, topic_id):
+    return req(
+        18, v, "ApiVersionsRequest", client_software_name="sweep", client_software_version="1"
+    )
+
+
+def create_topics(v, topic_id):
+    topic = req(
+        19,
+        v,
+        "CreatableTopic",
+        name=f"created-v{v}",
+        num_partitions=2,
+        replication_factor=1,
+        assignments=(),
+        configs=(),
+    )
+    return req(19, v, "CreateTopicsRequest", topics=(topic,), timeout=ms(5000), validate_only=False)
+
+
+def delete_topics(v, topic_id):
+    if v < 6:
+        return req(20, v, "DeleteTopicsRequest", topic_names=("no-such-topic",), timeout=ms(5000))
+    return req(
+        20,
+        v,
+        "DeleteTopicsRequest",
+        timeout=ms(5000),
+        topics=(req(20, v, "DeleteTopicState", name="no-such-topic", topic_id=None),),
+    )
+
+
+def delete_records(v, topic_id):
+    part = req(21, v, "DeleteRecordsPartition", partition_index=0, offset=0)
+    return req(
+        21,
+        v,
+        "DeleteRecordsRequest",
+        timeout=ms(5000),
+        topics=(req(21, v, "DeleteRecordsTopic", name=TOPIC, partitions=(part,)),),
+    )
+
+
+def offset_for_leader_epoch(v, topic_id):
+    part = req(
+        23, v, "OffsetForLeaderPartition", partition=0, current_leader_epoch=-1, leader_epoch=0
+    )
+    return req(
+        23,
+        v,
+        "OffsetForLeaderEpochRequest",
+        replica_id=-1,
+        topics=(req(23, v, "OffsetForLeaderTopic", topic=TOPIC, partitions=(part,)),),
+    )
+
+
+def describe_configs(v, topic_id):
+    res = req(
+        32,
+        v,
+        "DescribeConfigsResource",
+        resource_type=2,
+        resource_name=TOPIC,
+        configuration_keys=None,
+    )
+    return req(
+        32,
+        v,
+        "DescribeConfigsRequest",
+        resources=(res,),
+        include_synonyms=True,
+        include_documentation=True,
+    )
+
+
+def alter_configs(v, topic_id):
+    cfg = req(33, v, "AlterableConfig", name="retention.ms", value="86400000")
+    res = req(33, v, "AlterConfigsResource", resource_type=2, resource_name=TOPIC, configs=(cfg,))
+    return req(33, v, "AlterConfigsRequest", resources=(res,), validate_only=True)
+
+
+def create_partitions(v, topic_id):
+    topic = req(37, v, "CreatePartitionsTopic", name=TOPIC, count=2 + v, assignments=None)
+    return req(
+        37, v, "CreatePartitionsRequest", topics=(topic,), timeout=ms(5000), validate_only=True
+    )
+
+
+def incremental_alter_configs(v, topic_id):
+    cfg = req(44, v, "AlterableConfig", name="retention.ms", config_operation=0, value="1000")
+    res = req(44, v, "AlterConfigsResource", resource_type=2, resource_name=TOPIC, configs=(cfg,))
+    return req(44, v, "IncrementalAlterConfigsRequest", resources=(res,), validate_only=True)
+
+
+def describe_cluster(v, topic_id):
+    return req(
+        60,
+        v,
+        "DescribeClusterRequest",
+        include_cluster_authorized_operations=False,
+        endpoint_type=1,
+        include_fenced_brokers=False,
+    )
+
+
+FACTORIES = {
+    0: produce,
+    1: fetch,
+    2: list_offsets,
+    3: metadata,
+    18: api_versions,
+    19: create_topics,
+    20: delete_topics,
+    21: delete_records,
+    23: offset_for_leader_epoch,
+    32: describe_configs,
+    33: alter_configs,
+    37: create_partitions,
+    44: incremental_alter_configs,
+    60: describe_cluster,
+}
+EXPECTED_ERRORS = {20: ErrorCode.unknown_topic_or_partition}
+
+CASES = [
+    (key, v)
+    for key, spec in sorted(API_SPECS.items())
+    for v in range(spec.min_version, spec.max_version + 1)
+]
+
+
+def test_every_advertised_api_has_a_sweep_case():
+    assert set(FACTORIES) == set(API_SPECS)
+
+
+def _errors(entity) -> list[ErrorCode]:
+    """Every error code anywhere in a response entity."""
+    found = []
+    if isinstance(entity, ErrorCode):
+        return [entity]
+    if isinstance(entity, tuple):
+        for item in entity:
+            found += _errors(item)
+    elif hasattr(entity, "__dataclass_fields__"):
+        for name in entity.__dataclass_fields__:
+            found += _errors(getattr(entity, name))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version"), CASES, ids=[f"{API_SPECS[k].name}-v{v}" for k, v in CASES]
+)
+async def test_advertised_version_round_trips(broker, broker_client, api_key, version):
+    topic = await broker.create_topic(TOPIC, 1, {})
+    response = await broker_client.send(FACTORIES[api_key](version, topic.topic_id))
+    assert type(response).__version__ == version
+    errors = [e for e in _errors(response) if e != ErrorCode.none]
+    assert errors in ([], [EXPECTED_ERRORS.get(api_key)]), errors

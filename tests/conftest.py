@@ -1,0 +1,141 @@
+"""Fixtures shared by the broker tests: a broker in the test's event loop, and a real broker
+process (python -m broker) for the client compatibility and crash tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+STARTED = re.compile(r"started .*listening on PLAINTEXT://[^:]*:(\d+)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class BrokerProcess:
+    """`python -m broker` on a loopback port; the same log dir and port across restarts."""
+
+    def __init__(self, log_dir: Path, *overrides: str) -> None:
+        self.log_dir = log_dir
+        self.port = free_port()
+        self.overrides = list(overrides)
+        self.proc: subprocess.Popen | None = None
+        self.output: list[str] = []
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60) -> BrokerProcess:
+        args = [
+            sys.executable,
+            "-m",
+            "broker",
+            "--override",
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
+            "--override",
+            f"log.dirs={self.log_dir}",
+            "--override",
+            "metrics.listener=",
+            *[a for o in self.overrides for a in ("--override", o)],
+        ]
+        self.proc = subprocess.Popen(
+            args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        ready = threading.Event()
+
+        def pump(proc=self.proc):
+            for line in proc.stdout:
+                self.output.append(line)
+                if STARTED.search(line):
+                    ready.set()
+            ready.set()  # the process ended: stop waiting
+
+        threading.Thread(target=pump, daemon=True).start()
+        if not ready.wait(timeout) or self.proc.poll() is not None:
+            raise RuntimeError("broker did not start:\n" + "".join(self.output))
+        return self
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> int:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise
+        return self.proc.returncode if self.proc else 0
+
+
+@pytest.fixture(scope="session")
+def broker_process(tmp_path_factory):
+    """One real broker for the whole session (compat tests use distinct topic names)."""
+    proc = BrokerProcess(tmp_path_factory.mktemp("kafka-logs")).start()
+    yield proc
+    assert proc.stop() == 0, "".join(proc.output)
+
+
+@pytest.fixture
+def make_broker_process(tmp_path):
+    procs = []
+
+    def make(*overrides: str, log_dir: Path | None = None) -> BrokerProcess:
+        p = BrokerProcess(log_dir or tmp_path / "kafka-logs", *overrides)
+        procs.append(p)
+        return p
+
+    yield make
+    for p in procs:
+        if p.proc and p.proc.poll() is None:
+            p.proc.kill()
+            p.proc.wait()
+
+
+@pytest.fixture
+async def broker(tmp_path):
+    """A broker in the test's own event loop, on an ephemeral loopback port."""
+    from broker.config import BrokerConfig
+    from broker.server.broker import Broker
+
+    b = Broker(
+        BrokerConfig(
+            {
+                "listeners": "PLAINTEXT://127.0.0.1:0",
+                "log.dirs": str(tmp_path / "kafka-logs"),
+                "metrics.listener": "http://127.0.0.1:0/metrics",
+            }
+        )
+    )
+    await b.start()
+    yield b
+    await b.stop()
+
+
+@pytest.fixture
+async def broker_client(broker):
+    from broker.client.connection import BrokerConnection
+
+    host, port = broker.bound["PLAINTEXT"]
+    conn = await BrokerConnection.open(host, port, client_id="fjord-test")
+    yield conn
+    await conn.close()
+
+
+os.environ.setdefault("PYTHONUNBUFFERED", "1")

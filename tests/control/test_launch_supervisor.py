@@ -1,0 +1,164 @@
+"""control.launch supervising real child processes."""
+
+import importlib.util
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from control.launch import Child, Supervisor, broker_ready, platform_children
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Says it is ready, then reports the signal that stops it.
+WAITS_FOR_A_SIGNAL = textwrap.dedent(
+    """
+    import signal, sys
+    def stop(signum, frame):
+        print("got", signum, flush=True)
+        sys.exit(0)
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    print("ready", flush=True)
+    while True:
+        signal.pause()
+    """
+)
+
+
+def test_a_child_exiting_on_its_own_stops_the_others_and_fails():
+    out = io.StringIO()
+    supervisor = Supervisor(
+        [
+            Child("waiter", [sys.executable, "-c", WAITS_FOR_A_SIGNAL]),
+            Child("quitter", [sys.executable, "-c", "raise SystemExit(3)"]),
+        ],
+        out=out,
+    )
+
+    assert supervisor.run() == 1
+
+    assert all(proc.returncode is not None for proc in supervisor.procs.values())
+    assert "fjord: quitter exited with status 3" in out.getvalue()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_is_forwarded_once_to_every_child(signum):
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from control.launch import Child, Supervisor
+        child = [sys.executable, "-c", {WAITS_FOR_A_SIGNAL!r}]
+        sys.exit(Supervisor([Child("one", child), Child("two", child)]).run())
+        """
+    )
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "control.settings"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    ready = set()
+    for line in launcher.stdout:
+        if line.rstrip().endswith("] ready"):
+            ready.add(line.split("]")[0])
+        if len(ready) == 2:
+            break
+
+    launcher.send_signal(signum)
+    rest = launcher.stdout.read()
+
+    assert launcher.wait(timeout=60) == 0
+    assert rest.count(f"got {int(signum)}") == 2, rest
+
+
+def test_broker_readiness_names_its_listener():
+    line = "INFO broker started, listening on PLAINTEXT://127.0.0.1:19092"
+
+    assert broker_ready("INFO loading logs") is None
+    assert broker_ready(line) == "broker listening on PLAINTEXT://127.0.0.1:19092"
+
+
+def test_the_broker_listens_where_the_control_plane_looks(settings, tmp_path):
+    settings.FJORD_BOOTSTRAP = "127.0.0.1:19092,127.0.0.1:19093"
+    settings.FJORD_METRICS_URL = "http://127.0.0.1:19308/metrics"
+    settings.REDIS_URL = ""
+
+    children = platform_children("8123", [f"log.dirs={tmp_path}"])
+
+    assert [child.name for child in children] == ["broker", "web"]
+    broker_argv = children[0].argv
+    assert broker_argv[:3] == [sys.executable, "-m", "broker"]
+    overrides = broker_argv[4::2]
+    assert "listeners=PLAINTEXT://127.0.0.1:19092" in overrides
+    assert "metrics.listener=http://127.0.0.1:19308/metrics" in overrides
+    # The caller's overrides come last, so the broker lets them win.
+    assert overrides[-1] == f"log.dirs={tmp_path}"
+    assert children[1].argv[-3:] == ["-p", "8123", "control.asgi:application"]
+
+
+def test_celery_worker_and_beat_run_only_with_redis(settings):
+    settings.REDIS_URL = "redis://127.0.0.1:6379/0"
+
+    names = [child.name for child in platform_children("8000", [])]
+
+    assert names == ["broker", "web", "worker", "beat"]
+
+
+def free_port() -> int:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        return server.getsockname()[1]
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("broker.__main__") is None,
+    reason="the broker has no command line yet (broker/__main__.py)",
+)
+@pytest.mark.timeout(120)
+def test_launch_runs_broker_and_console_until_stopped(tmp_path):
+    kafka_port, metrics_port, web_port = free_port(), free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "DATABASE_URL"}}
+    env |= {
+        "FJORD_BOOTSTRAP": f"127.0.0.1:{kafka_port}",
+        "FJORD_METRICS_URL": f"http://127.0.0.1:{metrics_port}/metrics",
+        "FJORD_WEB_PORT": str(web_port),
+    }
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "control.launch", "--override", f"log.dirs={tmp_path}"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        announced = []
+        for line in launcher.stdout:
+            if line.startswith(
+                ("fjord: broker listening", "fjord: broker started", "fjord: console")
+            ):
+                announced.append(line.strip())
+            if len(announced) == 2:
+                break
+        assert len(announced) == 2, f"launcher ended early: {announced}"
+        assert f"fjord: console at http://127.0.0.1:{web_port}/" in announced
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/api/v1/health/") as response:
+            health = json.load(response)
+        assert health["broker"]["status"] == "reachable"
+
+        launcher.send_signal(signal.SIGTERM)
+        launcher.stdout.read()
+        assert launcher.wait(timeout=60) == 0
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
