@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import UTC, datetime
 
@@ -17,6 +18,7 @@ def handle_produce(broker, ctx: RequestContext, request) -> object:
     acks = request.acks
     now_ms = int(time.time() * 1000)
     any_error = False
+    to_flush: list = []  # logs whose flush.messages was reached by this request
     topics = []
     for topic_data in request.topic_data:
         name = topic_data.name
@@ -25,18 +27,32 @@ def handle_produce(broker, ctx: RequestContext, request) -> object:
             if acks not in (-1, 0, 1):
                 result = _error(ctx, pd.index, ErrorCode.invalid_required_acks)
             else:
-                result = _append(broker, ctx, name, pd.index, pd.records, acks, now_ms)
+                result = _append(broker, ctx, name, pd.index, pd.records, acks, now_ms, to_flush)
             any_error = any_error or result.error_code != ErrorCode.none
             partitions.append(result)
         topics.append(
             ctx.response("TopicProduceResponse", name=name, partition_responses=tuple(partitions))
         )
     if acks == 0:
-        return CLOSE_CONNECTION if any_error else None
-    return ctx.response("ProduceResponse", responses=tuple(topics), throttle_time=NO_THROTTLE)
+        response = CLOSE_CONNECTION if any_error else None
+    else:
+        response = ctx.response(
+            "ProduceResponse", responses=tuple(topics), throttle_time=NO_THROTTLE
+        )
+    if to_flush:
+        return _flushed(to_flush, response)
+    return response
 
 
-def _append(broker, ctx, topic: str, partition: int, records, acks: int, now_ms: int):
+async def _flushed(logs: list, response: object) -> object:
+    """Answer only once the data is on disk: fsync in a thread, the loop keeps serving."""
+    await asyncio.gather(*(asyncio.to_thread(log.flush) for log in logs))
+    return response
+
+
+def _append(
+    broker, ctx, topic: str, partition: int, records, acks: int, now_ms: int, to_flush: list
+):
     rm = broker.replica_manager
     log, code = rm.lookup(topic, partition)
     if log is None:
@@ -81,7 +97,9 @@ def _append(broker, ctx, topic: str, partition: int, records, acks: int, now_ms:
         problem = _timestamp_problem(rm, meta, header, now_ms)
         if problem:
             return _error(ctx, partition, ErrorCode.invalid_timestamp, problem)
-    result = log.append(records, header, now_ms=now_ms)
+    result = log.append(records, header, now_ms=now_ms, leader_epoch=rm.leader_epoch)
+    if result.flush_due:
+        to_flush.append(log)
     rm.appended((topic, partition), header.size)
     return ctx.response(
         "PartitionProduceResponse",

@@ -119,12 +119,16 @@ class Broker:
         self._metadata_thread.shutdown()
         log.info("Fjord broker %d stopped cleanly", self.node_id)
 
-    async def _every(self, config_name: str, job) -> None:
+    async def _every(self, config_name: str, job, in_thread: bool = False) -> None:
         while True:
             interval_ms = min(self.config[config_name], 2**31)
             await asyncio.sleep(interval_ms / 1000)
+            now_ms = int(time.time() * 1000)
             try:
-                job(int(time.time() * 1000))
+                if in_thread:  # fsyncs: the loop keeps serving meanwhile
+                    await asyncio.to_thread(job, now_ms)
+                else:
+                    job(now_ms)
             except Exception:
                 log.exception("background job for %s failed", config_name)
 

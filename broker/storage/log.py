@@ -34,6 +34,9 @@ class AppendResult:
     log_append_time_ms: int  # -1 with CreateTime, as in ProduceResponse
     max_timestamp: int
     log_start_offset: int
+    # flush.messages was reached: the caller fsyncs (flush()) before acknowledging, off the
+    # event loop, since an fsync may take milliseconds.
+    flush_due: bool = False
 
 
 @dataclass(slots=True)
@@ -215,10 +218,13 @@ class Log:
             self._high_watermark = self._log_end_offset  # single node: every write is committed
             self._unflushed_messages += header.last_offset_delta + 1
             must_flush = self._unflushed_messages >= self.config.flush_interval_messages
-        if must_flush:
-            self.flush()
         return AppendResult(
-            base_offset, last_offset, log_append_time, max_timestamp, self._log_start_offset
+            base_offset,
+            last_offset,
+            log_append_time,
+            max_timestamp,
+            self._log_start_offset,
+            must_flush,
         )
 
     def _maybe_roll(

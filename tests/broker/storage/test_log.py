@@ -283,12 +283,13 @@ def test_reopen_after_close_reads_identically(tmp_path):
     append_again.close()
 
 
-def test_flush_interval_messages_moves_the_recovery_point(tmp_path):
+def test_flush_interval_messages_says_when_a_flush_is_due(tmp_path):
     log = Log.open(tmp_path / "t-0", LogConfig(flush_interval_messages=5))
-    append(log, count=3)
-    assert log.recovery_point == 0
-    append(log, count=3)
+    assert not append(log, count=3).flush_due
+    assert append(log, count=3).flush_due
+    log.flush()
     assert log.recovery_point == 6
+    assert not append(log, count=3).flush_due
     log.close()
 
 
