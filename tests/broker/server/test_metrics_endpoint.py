@@ -1,0 +1,56 @@
+"""The Prometheus endpoint: per-API request metrics and per-partition offsets."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kafka_requests import ms, req
+
+from broker.records.batch import build_batch
+
+
+async def scrape(broker, path="/metrics") -> tuple[str, str]:
+    host, port = broker.metrics_address
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    await writer.drain()
+    raw = (await reader.read()).decode()
+    writer.close()
+    head, _, body = raw.partition("\r\n\r\n")
+    return head.splitlines()[0], body
+
+
+async def test_metrics_show_requests_and_partition_offsets(broker, broker_client):
+    await broker.create_topic("m", 2, {})
+    part = req(
+        0,
+        11,
+        "PartitionProduceData",
+        index=1,
+        records=build_batch([(None, b"x", [], 1), (None, b"y", [], 2)]),
+    )
+    await broker_client.send(
+        req(
+            0,
+            11,
+            "ProduceRequest",
+            acks=1,
+            timeout=ms(1000),
+            transactional_id=None,
+            topic_data=(req(0, 11, "TopicProduceData", name="m", partition_data=(part,)),),
+        )
+    )
+    status, body = await scrape(broker)
+    assert status == "HTTP/1.1 200 OK"
+    assert 'fjord_partition_high_watermark{partition="1",topic="m"} 2.0' in body
+    assert 'fjord_partition_high_watermark{partition="0",topic="m"} 0.0' in body
+    assert 'fjord_partition_log_start_offset{partition="1",topic="m"} 0.0' in body
+    assert 'fjord_requests_total{api="Produce"} 1.0' in body
+    assert 'fjord_request_latency_seconds_count{api="Produce"} 1.0' in body
+    assert 'fjord_request_bytes_total{api="Produce"}' in body
+    assert 'fjord_connections{listener="PLAINTEXT"} 1.0' in body
+
+
+async def test_other_paths_are_not_found(broker):
+    status, _ = await scrape(broker, "/other")
+    assert status == "HTTP/1.1 404 Not Found"
