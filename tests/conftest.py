@@ -13,6 +13,11 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Tests assert behaviour, never timing: hypothesis' per-example deadline is off.
+settings.register_profile("fjord", deadline=None)
+settings.load_profile("fjord")
 
 REPO = Path(__file__).resolve().parent.parent
 STARTED = re.compile(r"started .*listening on PLAINTEXT://[^:]*:(\d+)")

@@ -1,10 +1,16 @@
-"""Splits a byte stream into Kafka frames (a 4-byte big-endian size, then the request)."""
+"""Splits a byte stream into Kafka frames (a 4-byte big-endian size, then the request).
+
+Built for asyncio's BufferedProtocol: the socket reads straight into the decoder's memory. Small
+frames share one chunk buffer; a frame larger than it gets a buffer of its own, sized from its
+header, that the socket fills directly — a produced megabyte is never copied on its way in.
+"""
 
 from __future__ import annotations
 
 import struct
 
 _SIZE = struct.Struct(">i")
+CHUNK = 64 * 1024
 
 
 class FrameTooLarge(Exception):
@@ -16,24 +22,37 @@ class InvalidFrame(Exception):
 
 
 class FrameDecoder:
-    """Feed bytes as they arrive, take whole frames out. Sizes above `max_size` (Kafka's
-    socket.request.max.bytes) raise before any of the frame is buffered."""
+    """`get_buffer()` gives the memory to read into, `buffer_updated(n)` returns the frames
+    completed by those n bytes. Sizes above `max_size` (socket.request.max.bytes) raise before
+    any of the frame's body is buffered."""
 
     def __init__(self, max_size: int) -> None:
         self.max_size = max_size
-        self._buffer = bytearray()
-        self._needed: int | None = None
+        self._chunk = bytearray(CHUNK)
+        self._start = 0  # first unconsumed byte in _chunk
+        self._end = 0  # end of the bytes read into _chunk
+        self._frame: bytearray | None = None  # a large frame being filled in place
+        self._filled = 0
 
-    def feed(self, data: bytes) -> list[bytes]:
-        buffer = self._buffer
-        buffer += data
-        frames: list[bytes] = []
-        pos = 0
-        end = len(buffer)
-        while True:
-            if end - pos < 4:
-                break
-            (size,) = _SIZE.unpack_from(buffer, pos)
+    def get_buffer(self) -> memoryview:
+        if self._frame is not None:
+            return memoryview(self._frame)[self._filled :]
+        if self._end == len(self._chunk):
+            self._compact()
+        return memoryview(self._chunk)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> list[bytes | bytearray]:
+        if self._frame is not None:
+            self._filled += nbytes
+            if self._filled < len(self._frame):
+                return []
+            frame, self._frame = self._frame, None
+            return [frame]
+        self._end += nbytes
+        frames: list[bytes | bytearray] = []
+        chunk, pos, end = self._chunk, self._start, self._end
+        while end - pos >= 4:
+            (size,) = _SIZE.unpack_from(chunk, pos)
             if size < 0:
                 raise InvalidFrame(f"negative frame size {size}")
             if size > self.max_size:
@@ -41,17 +60,41 @@ class FrameDecoder:
                     f"frame of {size} bytes is larger than socket.request.max.bytes "
                     f"({self.max_size})"
                 )
-            if end - pos - 4 < size:
+            available = end - pos - 4
+            if available >= size:
+                frames.append(bytes(chunk[pos + 4 : pos + 4 + size]))
+                pos += 4 + size
+            elif size > len(chunk) - 4:
+                # Too big for the chunk: move what has arrived into the frame's own buffer.
+                self._frame = bytearray(size)
+                self._frame[:available] = chunk[pos + 4 : end]
+                self._filled = available
+                pos = end
                 break
-            frames.append(bytes(buffer[pos + 4 : pos + 4 + size]))
-            pos += 4 + size
-        if pos:
-            del buffer[:pos]
+            else:
+                break
+        self._start = pos
+        if pos == end:
+            self._start = self._end = 0
         return frames
 
-    @property
-    def buffered(self) -> int:
-        return len(self._buffer)
+    def _compact(self) -> None:
+        """Move a partial small frame to the front of the chunk to make room behind it."""
+        pending = self._end - self._start
+        self._chunk[:pending] = self._chunk[self._start : self._end]
+        self._start, self._end = 0, pending
+
+    def feed(self, data: bytes) -> list[bytes | bytearray]:
+        """Push bytes in as if read from a socket (tests, fuzzing)."""
+        frames: list[bytes | bytearray] = []
+        view = memoryview(data)
+        while view:
+            buf = self.get_buffer()
+            n = min(len(buf), len(view))
+            buf[:n] = view[:n]
+            view = view[n:]
+            frames += self.buffer_updated(n)
+        return frames
 
 
 def frame(payload_parts: list[bytes]) -> list[bytes]:

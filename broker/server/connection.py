@@ -36,7 +36,7 @@ class _Slot:
         self.close = False
 
 
-class KafkaConnection(asyncio.Protocol):
+class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, broker, listener: str) -> None:
         self.broker = broker
         self.listener = listener
@@ -66,9 +66,12 @@ class KafkaConnection(asyncio.Protocol):
         for task in self._tasks:
             task.cancel()
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.decoder.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
         try:
-            frames = self.decoder.feed(data)
+            frames = self.decoder.buffer_updated(nbytes)
         except (FrameTooLarge, InvalidFrame) as e:
             log.warning("closing connection from %s: %s", self.peer, e)
             self.close()
