@@ -68,16 +68,12 @@ def decode_request(frame: bytes, api_key: int, api_version: int) -> RequestFrame
     schema = request_schema(api_key, api_version)
     header_schema = schema.__header_schema__
     try:
-        # kio's readers return (entity, bytes consumed)
+        # kio's readers return (entity, bytes consumed). Bytes after the body are ignored, as
+        # Kafka's parser does: librdkafka's Metadata v12 carries three of them.
         header, header_size = _reader(header_schema)(frame, 0)
-        body, body_size = _reader(schema)(frame, header_size)
+        body, _ = _reader(schema)(frame, header_size)
     except Exception as e:  # kio raises several types for malformed input
         raise DecodeError(f"malformed {schema.__name__} v{api_version}: {e}") from e
-    end = header_size + body_size
-    if end != len(frame):
-        raise DecodeError(
-            f"{len(frame) - end} unexpected trailing bytes after {schema.__name__} v{api_version}"
-        )
     return RequestFrame(
         api_key=api_key,
         api_version=api_version,

@@ -41,15 +41,16 @@ class FrameDecoder:
             self._compact()
         return memoryview(self._chunk)[self._end :]
 
-    def buffer_updated(self, nbytes: int) -> list[bytes | bytearray]:
+    def buffer_updated(self, nbytes: int) -> list[bytes | memoryview]:
         if self._frame is not None:
             self._filled += nbytes
             if self._filled < len(self._frame):
                 return []
             frame, self._frame = self._frame, None
-            return [frame]
+            # read-only, as the codec requires; the frame's buffer is its own, so no copy
+            return [memoryview(frame).toreadonly()]
         self._end += nbytes
-        frames: list[bytes | bytearray] = []
+        frames: list[bytes | memoryview] = []
         chunk, pos, end = self._chunk, self._start, self._end
         while end - pos >= 4:
             (size,) = _SIZE.unpack_from(chunk, pos)
@@ -84,9 +85,9 @@ class FrameDecoder:
         self._chunk[:pending] = self._chunk[self._start : self._end]
         self._start, self._end = 0, pending
 
-    def feed(self, data: bytes) -> list[bytes | bytearray]:
+    def feed(self, data: bytes) -> list[bytes | memoryview]:
         """Push bytes in as if read from a socket (tests, fuzzing)."""
-        frames: list[bytes | bytearray] = []
+        frames: list[bytes | memoryview] = []
         view = memoryview(data)
         while view:
             buf = self.get_buffer()

@@ -100,6 +100,15 @@ async def test_produce_assigns_consecutive_offsets_and_fetch_returns_them(broker
     assert keys == [f"k{i}".encode() for i in range(5)]
 
 
+async def test_large_batches_travel_in_their_own_frame_buffers(broker, broker_client):
+    topic = await broker.create_topic("big", 1, {})
+    big = batch(40, size=20_000)  # 800 KB: far larger than the decoder's read chunk
+    response = await broker_client.send(produce_request("big", big))
+    assert response.responses[0].partition_responses[0].error_code == ErrorCode.none
+    part, batches = fetched(await broker_client.send(fetch_request(topic.topic_id)))
+    assert [r.value for r in batches[0][1]] == [bytes(20_000)] * 40
+
+
 async def test_produce_errors_are_per_partition_and_lose_nothing(broker, broker_client):
     await broker.create_topic("t", 1, {"max.message.bytes": "200"})
     good = batch(1)
