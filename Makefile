@@ -30,8 +30,10 @@ run: setup
 	$(PY) manage.py migrate --noinput
 	$(PY) -m control.launch
 
+# PostgreSQL and Redis are real: the local ones, or throwaway ones started where none answers.
 test: $(TEST_STAMP) system-deps
-	$(PY) -m pytest -p no:cacheprovider
+	bash tests/services.sh up
+	status=0; $(PY) -m pytest -p no:cacheprovider || status=$$?; bash tests/services.sh down; exit $$status
 
 lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check .

@@ -1,0 +1,81 @@
+"""Topics survive restarts with their ids, configs and data; LogAppendTime topics stamp time."""
+
+from __future__ import annotations
+
+import time
+
+from kio.schema.errors import ErrorCode
+from test_produce_fetch import batch, fetched, fetch_request, produce_request
+
+from broker.client.connection import BrokerConnection
+from broker.config import BrokerConfig
+from broker.records.batch import LOG_APPEND_TIME
+from broker.server.broker import Broker
+
+
+def broker_on(log_dir) -> Broker:
+    return Broker(
+        BrokerConfig(
+            {
+                "listeners": "PLAINTEXT://127.0.0.1:0",
+                "log.dirs": str(log_dir),
+                "metrics.listener": "",
+            }
+        )
+    )
+
+
+async def connect(b: Broker) -> BrokerConnection:
+    return await BrokerConnection.open(*b.bound["PLAINTEXT"])
+
+
+async def test_topics_configs_and_data_survive_a_restart(tmp_path):
+    first = broker_on(tmp_path)
+    await first.start()
+    topic = await first.create_topic("kept", 2, {"retention.ms": "3600000"})
+    conn = await connect(first)
+    await conn.send(produce_request("kept", batch(4), partition=1))
+    await conn.close()
+    cluster_id = first.image.cluster_id
+    await first.stop()
+
+    second = broker_on(tmp_path)
+    await second.start()
+    try:
+        again = second.image.topic("kept")
+        assert (again.topic_id, again.partitions, again.configs) == (
+            topic.topic_id,
+            2,
+            {"retention.ms": "3600000"},
+        )
+        assert second.image.cluster_id == cluster_id
+        conn = await connect(second)
+        part, batches = fetched(await conn.send(fetch_request(topic.topic_id, partition=1)))
+        assert part.high_watermark == 4 and len(batches[0][1]) == 4
+        await conn.close()
+    finally:
+        await second.stop()
+
+
+async def test_log_append_time_topics_stamp_the_broker_time(broker, broker_client):
+    topic = await broker.create_topic("lat", 1, {"message.timestamp.type": "LogAppendTime"})
+    before = int(time.time() * 1000)
+    response = await broker_client.send(produce_request("lat", batch(3)))
+    after = int(time.time() * 1000)
+    p = response.responses[0].partition_responses[0]
+    assert p.error_code == ErrorCode.none
+    stamped = int(p.log_append_time.timestamp() * 1000)
+    assert before <= stamped <= after
+    _, batches = fetched(await broker_client.send(fetch_request(topic.topic_id)))
+    header, records = batches[0]
+    assert header.timestamp_type == LOG_APPEND_TIME and header.max_timestamp == stamped
+    assert [header.record_timestamp(r) for r in records] == [stamped] * 3
+
+
+async def test_create_time_too_far_in_the_future_is_rejected(broker, broker_client):
+    await broker.create_topic("ct", 1, {"message.timestamp.after.max.ms": "1000"})
+    from broker.records.batch import build_batch
+
+    future = build_batch([(None, b"x", [], int(time.time() * 1000) + 3_600_000)])
+    response = await broker_client.send(produce_request("ct", future))
+    assert response.responses[0].partition_responses[0].error_code == ErrorCode.invalid_timestamp
