@@ -123,6 +123,15 @@ _TOPIC = [
         "Retention policy for old log segments; 'compact' arrives with the log cleaner.",
     ),
     (
+        "compression.type",
+        "compression.type",
+        "string",
+        "producer",
+        one_of("producer"),
+        "'producer': batches are stored as the producer compressed them; the broker never "
+        "recompresses.",
+    ),
+    (
         "max.message.bytes",
         "message.max.bytes",
         "int",

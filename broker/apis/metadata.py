@@ -6,8 +6,16 @@ from kio.schema.errors import ErrorCode
 
 from broker.apis.base import NO_THROTTLE, RequestContext
 from broker.metadata.image import topic_name_problem
+from broker.security.operations import SUPPORTED_OPERATIONS, ResourceType, operations_bitfield
 
 UNREQUESTED_OPERATIONS = -(2**31)
+
+
+def authorized_operations(requested: bool, resource_type: ResourceType) -> int:
+    """Without an authorizer every operation the resource supports is allowed."""
+    if not requested:
+        return UNREQUESTED_OPERATIONS
+    return operations_bitfield(SUPPORTED_OPERATIONS[resource_type])
 
 
 async def handle_metadata(broker, ctx: RequestContext, request) -> object:
@@ -66,7 +74,10 @@ async def handle_metadata(broker, ctx: RequestContext, request) -> object:
                 topic_id=topic.topic_id,
                 is_internal=topic.internal,
                 partitions=partitions,
-                topic_authorized_operations=UNREQUESTED_OPERATIONS,
+                topic_authorized_operations=authorized_operations(
+                    getattr(request, "include_topic_authorized_operations", False),
+                    ResourceType.TOPIC,
+                ),
             )
         )
     return ctx.response(
@@ -76,7 +87,9 @@ async def handle_metadata(broker, ctx: RequestContext, request) -> object:
         cluster_id=image.cluster_id,
         controller_id=broker.node_id,
         topics=tuple(results),
-        cluster_authorized_operations=UNREQUESTED_OPERATIONS,
+        cluster_authorized_operations=authorized_operations(
+            getattr(request, "include_cluster_authorized_operations", False), ResourceType.CLUSTER
+        ),
     )
 
 

@@ -7,6 +7,7 @@ metadata-store writes and recovery run in threads so that the loop never waits o
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import socket
 import time
@@ -82,19 +83,21 @@ class Broker:
             metrics_server = await serve_metrics(self.metrics, metrics_url)
             self._servers.append(metrics_server)
             self.metrics_address = metrics_server.sockets[0].getsockname()[:2]
+        checkpoint = self.log_manager.checkpoint
         self._background = [
-            asyncio.create_task(
-                self._every("log.retention.check.interval.ms", self.log_manager.enforce_retention)
-            ),
-            asyncio.create_task(
-                self._every("log.flush.scheduler.interval.ms", self.log_manager.flush_dirty)
-            ),
-            asyncio.create_task(
+            asyncio.create_task(job)
+            for job in (
+                self._every("log.retention.check.interval.ms", self._enforce_retention),
+                # fsyncs run in a thread: the loop keeps serving meanwhile
+                self._every(
+                    "log.flush.scheduler.interval.ms", self.log_manager.flush_dirty, in_thread=True
+                ),
                 self._every(
                     "log.flush.offset.checkpoint.interval.ms",
-                    lambda now_ms: self.log_manager.checkpoint(),
-                )
-            ),
+                    lambda now_ms: checkpoint(),
+                    in_thread=True,
+                ),
+            )
         ]
         addresses = ", ".join(f"{n}://{h or '0.0.0.0'}:{p}" for n, (h, p) in self.bound.items())
         log.info(
@@ -125,12 +128,19 @@ class Broker:
             await asyncio.sleep(interval_ms / 1000)
             now_ms = int(time.time() * 1000)
             try:
-                if in_thread:  # fsyncs: the loop keeps serving meanwhile
+                if in_thread:
                     await asyncio.to_thread(job, now_ms)
+                elif inspect.iscoroutinefunction(job):
+                    await job(now_ms)
                 else:
                     job(now_ms)
             except Exception:
                 log.exception("background job for %s failed", config_name)
+
+    async def _enforce_retention(self, now_ms: int) -> None:
+        # Segments are unlinked later (file.delete.delay.ms); only the checkpoint blocks.
+        if self.log_manager.enforce_retention(now_ms):
+            await asyncio.to_thread(self.log_manager.checkpoint)
 
     async def _in_metadata_thread(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._metadata_thread, fn, *args)
@@ -167,7 +177,7 @@ class Broker:
                 return existing
             topic = TopicMetadata(name, uuid.uuid4(), partitions, dict(configs))
             await self._in_metadata_thread(self.store.create_topic, topic)
-            self.replica_manager.open_partitions(topic)
+            await asyncio.to_thread(self.replica_manager.open_partitions, topic)
             self.image.put(topic)
             log.info("created topic %s with %d partition(s)", name, partitions)
             return topic
@@ -182,15 +192,17 @@ class Broker:
                 return
             await self._in_metadata_thread(self.store.delete_topic, name)
             self.image.remove(name)
-            self.replica_manager.delete_partitions(topic)
+            self.replica_manager.release_waiters(topic)
+            await asyncio.to_thread(self.replica_manager.delete_logs, topic)
             log.info("deleted topic %s", name)
 
     async def add_partitions(self, name: str, count: int) -> None:
         async with self._metadata_lock:
             topic = self.image.topic(name)
             await self._in_metadata_thread(self.store.set_partitions, name, count)
+            grown = TopicMetadata(name, topic.topic_id, count, topic.configs)
+            await asyncio.to_thread(self.replica_manager.open_partitions, grown)
             topic.partitions = count
-            self.replica_manager.open_partitions(topic)
 
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         async with self._metadata_lock:
@@ -210,5 +222,5 @@ class Broker:
 
     async def delete_records(self, log_: Log, offset: int) -> int:
         low_watermark = log_.delete_records_before(offset)
-        self.log_manager.checkpoint()
+        await asyncio.to_thread(self.log_manager.checkpoint)
         return low_watermark

@@ -94,13 +94,17 @@ class ReplicaManager:
             if self.log_manager.get(topic.name, partition) is None:
                 self.log_manager.create(topic.name, partition, config)
 
-    def delete_partitions(self, topic: TopicMetadata) -> None:
+    def release_waiters(self, topic: TopicMetadata) -> None:
+        """Answer the fetches parked on a deleted topic now (they find it gone)."""
         for partition in range(topic.partitions):
-            if self.log_manager.get(topic.name, partition) is not None:
-                self.log_manager.delete(topic.name, partition)
             for waiter in self._waiters.pop((topic.name, partition), ()):
                 if not waiter.future.done():
                     waiter.future.set_result(None)
+
+    def delete_logs(self, topic: TopicMetadata) -> None:
+        """Blocking (renames, unlinks, fsyncs): run in a thread once the topic is unreachable."""
+        for partition in range(topic.partitions):
+            self.log_manager.delete(topic.name, partition)
 
     def log(self, topic: str, partition: int) -> Log | None:
         return self.log_manager.get(topic, partition)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -42,6 +43,7 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self._last_flush_ms: dict[TopicPartition, int] = {}
+        self._checkpoint_lock = threading.Lock()
 
     def load(self, config_for: Callable[[str], LogConfig], *, now_ms: int | None = None) -> None:
         """Open every partition directory; without a clean-shutdown marker, logs recover
@@ -129,17 +131,21 @@ class LogManager:
         return list(self._logs.items())
 
     def checkpoint(self) -> None:
-        """Write both checkpoint files of every log dir."""
-        for log_dir in self.log_dirs:
-            members = {tp: log for tp, log in self._logs.items() if self._dir_of[tp] == log_dir}
-            write_checkpoint(
-                log_dir / RECOVERY_POINT_CHECKPOINT,
-                {tp: log.recovery_point for tp, log in members.items()},
-            )
-            write_checkpoint(
-                log_dir / LOG_START_OFFSET_CHECKPOINT,
-                {tp: log.log_start_offset for tp, log in members.items()},
-            )
+        """Write both checkpoint files of every log dir. Blocking (fsync): callers on the event
+        loop run it in a thread. The snapshot is taken under the lock, so a later call never
+        writes older offsets than an earlier one."""
+        with self._checkpoint_lock:
+            logs, dir_of = list(self._logs.items()), dict(self._dir_of)
+            for log_dir in self.log_dirs:
+                members = [(tp, log) for tp, log in logs if dir_of.get(tp) == log_dir]
+                write_checkpoint(
+                    log_dir / RECOVERY_POINT_CHECKPOINT,
+                    {tp: log.recovery_point for tp, log in members},
+                )
+                write_checkpoint(
+                    log_dir / LOG_START_OFFSET_CHECKPOINT,
+                    {tp: log.log_start_offset for tp, log in members},
+                )
 
     def flush_dirty(self, now_ms: int) -> int:
         """fsync logs whose flush.ms has elapsed, and segments rolled since their last flush.
@@ -155,11 +161,9 @@ class LogManager:
         return flushed
 
     def enforce_retention(self, now_ms: int) -> int:
-        """Apply retention to every log; returns the number of segments deleted."""
-        deleted = sum(log.enforce_retention(now_ms) for _, log in list(self._logs.items()))
-        if deleted:
-            self.checkpoint()
-        return deleted
+        """Apply retention to every log; returns the number of segments deleted. The caller
+        checkpoints afterwards when any were (log start offsets moved)."""
+        return sum(log.enforce_retention(now_ms) for _, log in list(self._logs.items()))
 
     def close(self) -> None:
         """Flush and close all logs, write checkpoints, then mark each dir cleanly shut down."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from kio.schema.errors import ErrorCode
-from test_produce_fetch import batch, fetched, fetch_request, produce_request
+from test_produce_fetch import batch, fetch_request, fetched, produce_request
 
 from broker.client.connection import BrokerConnection
 from broker.config import BrokerConfig

@@ -136,6 +136,7 @@ def test_retention_flush_and_log_start_offset_persistence(tmp_path):
     assert manager.flush_dirty(1000) == 1
     assert fl.recovery_point == 4
     assert manager.enforce_retention(10_000) > 0
+    manager.checkpoint()
     assert ret.log_start_offset == 40
     assert read_checkpoint(tmp_path / "d1" / LOG_START_OFFSET_CHECKPOINT)[("ret", 0)] == 40
     assert fl.delete_records_before(3) == 3

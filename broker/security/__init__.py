@@ -1,0 +1,1 @@
+"""Authentication and authorization: SASL, TLS, the authorizer and ACLs."""

@@ -1,0 +1,75 @@
+"""Kafka's ACL operations and which of them apply to each resource type (AclOperation,
+ResourceType): the vocabulary of authorized-operations bitfields and, later, of ACLs."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class AclOperation(IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    ALL = 2
+    READ = 3
+    WRITE = 4
+    CREATE = 5
+    DELETE = 6
+    ALTER = 7
+    DESCRIBE = 8
+    CLUSTER_ACTION = 9
+    DESCRIBE_CONFIGS = 10
+    ALTER_CONFIGS = 11
+    IDEMPOTENT_WRITE = 12
+    CREATE_TOKENS = 13
+    DESCRIBE_TOKENS = 14
+
+
+class ResourceType(IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    TOPIC = 2
+    GROUP = 3
+    CLUSTER = 4
+    TRANSACTIONAL_ID = 5
+    DELEGATION_TOKEN = 6
+    USER = 7
+
+
+_O = AclOperation
+SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
+    ResourceType.TOPIC: frozenset(
+        {
+            _O.READ,
+            _O.WRITE,
+            _O.CREATE,
+            _O.DESCRIBE,
+            _O.DELETE,
+            _O.ALTER,
+            _O.DESCRIBE_CONFIGS,
+            _O.ALTER_CONFIGS,
+        }
+    ),
+    ResourceType.GROUP: frozenset(
+        {_O.READ, _O.DESCRIBE, _O.DELETE, _O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS}
+    ),
+    ResourceType.CLUSTER: frozenset(
+        {
+            _O.CREATE,
+            _O.CLUSTER_ACTION,
+            _O.DESCRIBE_CONFIGS,
+            _O.ALTER_CONFIGS,
+            _O.IDEMPOTENT_WRITE,
+            _O.ALTER,
+            _O.DESCRIBE,
+        }
+    ),
+    ResourceType.TRANSACTIONAL_ID: frozenset({_O.DESCRIBE, _O.WRITE}),
+}
+
+
+def operations_bitfield(operations) -> int:
+    """The int32 bitfield of Metadata/DescribeCluster/DescribeGroups authorized operations."""
+    bits = 0
+    for op in operations:
+        bits |= 1 << int(op)
+    return bits

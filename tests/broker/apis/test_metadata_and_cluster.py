@@ -1,0 +1,83 @@
+"""Metadata and DescribeCluster: brokers, topic ids, auto-creation, authorized operations."""
+
+from __future__ import annotations
+
+from kafka_requests import req
+from kio.schema.errors import ErrorCode
+
+from broker.security.operations import SUPPORTED_OPERATIONS, ResourceType, operations_bitfield
+
+
+def metadata(*names, auto_create=False, operations=False, v=12):
+    topics = (
+        None
+        if names == (None,)
+        else tuple(req(3, v, "MetadataRequestTopic", name=n, topic_id=None) for n in names)
+    )
+    return req(
+        3,
+        v,
+        "MetadataRequest",
+        topics=topics,
+        allow_auto_topic_creation=auto_create,
+        include_topic_authorized_operations=operations,
+    )
+
+
+async def test_metadata_lists_brokers_and_topics_with_ids(broker, broker_client):
+    topic = await broker.create_topic("m1", 3, {})
+    response = await broker_client.send(metadata(None))
+    assert [(b.node_id, b.port) for b in response.brokers] == [(1, broker.bound["PLAINTEXT"][1])]
+    assert response.controller_id == 1 and response.cluster_id == broker.image.cluster_id
+    [t] = response.topics
+    assert (t.name, t.topic_id, len(t.partitions)) == ("m1", topic.topic_id, 3)
+    assert all(p.leader_id == 1 and p.isr_nodes == (1,) for p in t.partitions)
+
+
+async def test_metadata_creates_topics_only_when_allowed(broker, broker_client):
+    response = await broker_client.send(metadata("fresh"))
+    assert response.topics[0].error_code == ErrorCode.unknown_topic_or_partition
+    response = await broker_client.send(metadata("fresh", auto_create=True))
+    assert response.topics[0].error_code == ErrorCode.none
+    assert len(response.topics[0].partitions) == broker.config["num.partitions"]
+    response = await broker_client.send(metadata("bad/name", auto_create=True))
+    assert response.topics[0].error_code == ErrorCode.invalid_topic_exception
+
+
+async def test_authorized_operations_without_an_authorizer_are_all_supported_ones(
+    broker, broker_client
+):
+    await broker.create_topic("ops", 1, {})
+    plain = await broker_client.send(metadata("ops"))
+    assert plain.topics[0].topic_authorized_operations == -(2**31)
+    asked = await broker_client.send(metadata("ops", operations=True))
+    expected = operations_bitfield(SUPPORTED_OPERATIONS[ResourceType.TOPIC])
+    assert asked.topics[0].topic_authorized_operations == expected
+    cluster = await broker_client.send(
+        req(60, 1, "DescribeClusterRequest", include_cluster_authorized_operations=True)
+    )
+    assert cluster.cluster_authorized_operations == operations_bitfield(
+        SUPPORTED_OPERATIONS[ResourceType.CLUSTER]
+    )
+
+
+async def test_compression_type_accepts_only_what_is_honoured(broker, broker_client):
+    def create(name, value):
+        cfg = req(19, 7, "CreatableTopicConfig", name="compression.type", value=value)
+        topic = req(
+            19,
+            7,
+            "CreatableTopic",
+            name=name,
+            num_partitions=1,
+            replication_factor=1,
+            assignments=(),
+            configs=(cfg,),
+        )
+        return req(19, 7, "CreateTopicsRequest", topics=(topic,), validate_only=False)
+
+    ok = await broker_client.send(create("c1", "producer"))
+    assert ok.topics[0].error_code == ErrorCode.none
+    refused = await broker_client.send(create("c2", "gzip"))
+    assert refused.topics[0].error_code == ErrorCode.invalid_config
+    assert "producer" in refused.topics[0].error_message
