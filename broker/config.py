@@ -251,6 +251,144 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
 }
 TOPIC_TO_BROKER: dict[str, str] = {name: synonym for name, synonym, *_ in _TOPIC}
 
+_MIN, _MAX = "min", "max"
+# The group coordinator's properties (classic and KIP-848 consumer groups), Kafka's defaults.
+GROUP_COORDINATOR_CONFIGS = [
+    ConfigDef(
+        "group.min.session.timeout.ms",
+        "int",
+        6000,
+        "The minimum session timeout a classic member may ask for.",
+        at_least(0),
+    ),
+    ConfigDef(
+        "group.max.session.timeout.ms",
+        "int",
+        1800000,
+        "The maximum session timeout a classic member may ask for.",
+        at_least(0),
+    ),
+    ConfigDef(
+        "group.initial.rebalance.delay.ms",
+        "int",
+        3000,
+        "How long a new classic group waits for more members before its first rebalance.",
+        at_least(0),
+    ),
+    ConfigDef(
+        "group.max.size",
+        "int",
+        INT_MAX,
+        "The maximum number of members of a classic group.",
+        at_least(1),
+    ),
+    ConfigDef(
+        "group.consumer.session.timeout.ms",
+        "int",
+        45000,
+        "The session timeout of consumer-protocol members.",
+        at_least(1),
+    ),
+    ConfigDef(
+        "group.consumer.min.session.timeout.ms",
+        "int",
+        45000,
+        "The minimum session timeout a consumer group may be configured with.",
+        at_least(1),
+    ),
+    ConfigDef(
+        "group.consumer.max.session.timeout.ms",
+        "int",
+        60000,
+        "The maximum session timeout a consumer group may be configured with.",
+        at_least(1),
+    ),
+    ConfigDef(
+        "group.consumer.heartbeat.interval.ms",
+        "int",
+        5000,
+        "The heartbeat interval given to consumer-protocol members.",
+        at_least(1),
+    ),
+    ConfigDef(
+        "group.consumer.min.heartbeat.interval.ms",
+        "int",
+        5000,
+        "The minimum heartbeat interval a consumer group may be configured with.",
+        at_least(1),
+    ),
+    ConfigDef(
+        "group.consumer.max.heartbeat.interval.ms",
+        "int",
+        15000,
+        "The maximum heartbeat interval a consumer group may be configured with.",
+        at_least(1),
+    ),
+    ConfigDef(
+        "group.consumer.max.size",
+        "int",
+        INT_MAX,
+        "The maximum number of members of a consumer group.",
+        at_least(1),
+    ),
+    ConfigDef(
+        "group.consumer.assignors",
+        "list",
+        ["uniform", "range"],
+        "Server-side assignors, by name; the first is the default.",
+        one_of("uniform", "range"),
+    ),
+    ConfigDef(
+        "group.coordinator.rebalance.protocols",
+        "list",
+        ["classic", "consumer"],
+        "The group protocols the coordinator serves.",
+        one_of("classic", "consumer"),
+    ),
+    ConfigDef(
+        "group.consumer.migration.policy",
+        "string",
+        "bidirectional",
+        "Which online conversions between classic and consumer groups are allowed.",
+        one_of("bidirectional", "upgrade", "downgrade", "disabled"),
+    ),
+    ConfigDef(
+        "offsets.topic.num.partitions",
+        "int",
+        50,
+        "The number of partitions of __consumer_offsets (fixed once created).",
+        at_least(1),
+    ),
+    ConfigDef(
+        "offsets.topic.segment.bytes",
+        "int",
+        104857600,
+        "The segment size of __consumer_offsets.",
+        at_least(1),
+    ),
+    ConfigDef(
+        "offsets.retention.minutes",
+        "int",
+        10080,
+        "How long committed offsets of an empty group are kept.",
+        at_least(1),
+    ),
+    ConfigDef(
+        "offsets.retention.check.interval.ms",
+        "long",
+        600000,
+        "How often expired offsets are removed.",
+        at_least(1),
+    ),
+    ConfigDef(
+        "offset.metadata.max.bytes",
+        "int",
+        4096,
+        "The largest metadata string an offset commit may carry.",
+        at_least(0),
+    ),
+]
+
 BROKER_CONFIGS: dict[str, ConfigDef] = {
     d.name: d
     for d in [
@@ -341,6 +479,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             None,
             "Cluster id; generated and stored in the metadata store when unset.",
         ),
+        *GROUP_COORDINATOR_CONFIGS,
     ]
 }
 for _name, _synonym, _type, _default, _validator, _doc in _TOPIC:
@@ -439,6 +578,74 @@ def validate_dynamic_broker_configs(values: Mapping[str, str | None]) -> dict[st
             raise ConfigError(f"Cannot update configuration {name!r} dynamically")
         if raw is not None:
             parsed[name] = d.parse(raw)
+    return parsed
+
+
+# Per-group configs (KIP-848), overriding the broker's defaults for one consumer group and
+# bounded by the broker's min/max.
+GROUP_CONFIGS: dict[str, ConfigDef] = {
+    d.name: d
+    for d in [
+        ConfigDef(
+            "consumer.session.timeout.ms",
+            "int",
+            45000,
+            "The session timeout of the group's consumer-protocol members.",
+            at_least(1),
+            dynamic=True,
+        ),
+        ConfigDef(
+            "consumer.heartbeat.interval.ms",
+            "int",
+            5000,
+            "The heartbeat interval of the group's consumer-protocol members.",
+            at_least(1),
+            dynamic=True,
+        ),
+    ]
+}
+GROUP_TO_BROKER = {
+    "consumer.session.timeout.ms": "group.consumer.session.timeout.ms",
+    "consumer.heartbeat.interval.ms": "group.consumer.heartbeat.interval.ms",
+}
+_GROUP_BOUNDS = {
+    "consumer.session.timeout.ms": (
+        "group.consumer.min.session.timeout.ms",
+        "group.consumer.max.session.timeout.ms",
+    ),
+    "consumer.heartbeat.interval.ms": (
+        "group.consumer.min.heartbeat.interval.ms",
+        "group.consumer.max.heartbeat.interval.ms",
+    ),
+}
+
+
+def validate_group_configs(
+    values: Mapping[str, str | None], broker: BrokerConfig
+) -> dict[str, object]:
+    parsed: dict[str, object] = {}
+    for name, raw in values.items():
+        d = GROUP_CONFIGS.get(name)
+        if d is None:
+            raise ConfigError(f"Unknown group config name: {name}")
+        if raw is None:
+            raise ConfigError(f"Null value not supported for group config: {name}")
+        value = d.parse(raw)
+        low, high = (broker[b] for b in _GROUP_BOUNDS[name])
+        if not low <= value <= high:  # type: ignore[operator]
+            raise ConfigError(
+                f"{name} must be between {_GROUP_BOUNDS[name][0]}={low} and "
+                f"{_GROUP_BOUNDS[name][1]}={high}, got {value}"
+            )
+        parsed[name] = value
+    session = parsed.get("consumer.session.timeout.ms", broker["group.consumer.session.timeout.ms"])
+    heartbeat = parsed.get(
+        "consumer.heartbeat.interval.ms", broker["group.consumer.heartbeat.interval.ms"]
+    )
+    if heartbeat >= session:  # type: ignore[operator]
+        raise ConfigError(
+            "consumer.heartbeat.interval.ms must be less than consumer.session.timeout.ms"
+        )
     return parsed
 
 

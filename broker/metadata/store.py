@@ -22,6 +22,7 @@ CREATE TABLE IF NOT EXISTS topics (
     configs TEXT NOT NULL DEFAULT '{}'
 );
 CREATE TABLE IF NOT EXISTS broker_configs (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS group_configs (group_id TEXT PRIMARY KEY, configs TEXT NOT NULL);
 """
 
 
@@ -33,6 +34,8 @@ class MetadataStore(Protocol):
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> None: ...
     def broker_configs(self) -> dict[str, str]: ...
     def set_broker_configs(self, configs: dict[str, str]) -> None: ...
+    def group_configs(self) -> dict[str, dict[str, str]]: ...
+    def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None: ...
     def close(self) -> None: ...
 
 
@@ -100,6 +103,21 @@ class SqliteMetadataStore:
             self._db.executemany(
                 "INSERT INTO broker_configs(name, value) VALUES (?, ?)", list(configs.items())
             )
+
+    def group_configs(self) -> dict[str, dict[str, str]]:
+        with self._lock:
+            rows = self._db.execute("SELECT group_id, configs FROM group_configs")
+            return {group_id: json.loads(configs) for group_id, configs in rows}
+
+    def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
+        if configs:
+            self._write(
+                "INSERT INTO group_configs(group_id, configs) VALUES (?, ?) "
+                "ON CONFLICT(group_id) DO UPDATE SET configs = excluded.configs",
+                (group_id, json.dumps(configs)),
+            )
+        else:
+            self._write("DELETE FROM group_configs WHERE group_id = ?", (group_id,))
 
     def close(self) -> None:
         with self._lock:
