@@ -3,6 +3,7 @@ process (python -m broker) for the client compatibility and crash tests."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -113,34 +114,46 @@ def make_broker_process(tmp_path):
             p.proc.wait()
 
 
-@pytest.fixture
-async def broker(tmp_path):
-    """A broker in the test's own event loop, on an ephemeral loopback port."""
+@contextlib.asynccontextmanager
+async def running_broker(log_dir: Path, **overrides: str):
+    """A broker in the current event loop on an ephemeral loopback port, with a connection;
+    stopped cleanly on exit (so a second one on the same log dir tests restarts)."""
+    from broker.client.connection import BrokerConnection
     from broker.config import BrokerConfig
     from broker.server.broker import Broker
 
-    b = Broker(
-        BrokerConfig(
-            {
-                "listeners": "PLAINTEXT://127.0.0.1:0",
-                "log.dirs": str(tmp_path / "kafka-logs"),
-                "metrics.listener": "http://127.0.0.1:0/metrics",
-            }
-        )
-    )
+    props = {
+        "listeners": "PLAINTEXT://127.0.0.1:0",
+        "log.dirs": str(log_dir),
+        "metrics.listener": "http://127.0.0.1:0/metrics",
+    }
+    props.update({k.replace("_", "."): v for k, v in overrides.items()})
+    b = Broker(BrokerConfig(props))
     await b.start()
-    yield b
-    await b.stop()
+    conn = await BrokerConnection.open(*b.bound["PLAINTEXT"], client_id="fjord-test")
+    try:
+        yield b, conn
+    finally:
+        await conn.close()
+        await b.stop()
 
 
 @pytest.fixture
-async def broker_client(broker):
-    from broker.client.connection import BrokerConnection
+async def broker_and_client(tmp_path):
+    async with running_broker(tmp_path / "kafka-logs") as running:
+        yield running
 
-    host, port = broker.bound["PLAINTEXT"]
-    conn = await BrokerConnection.open(host, port, client_id="fjord-test")
-    yield conn
-    await conn.close()
+
+@pytest.fixture
+def broker(broker_and_client):
+    """A broker in the test's own event loop, on an ephemeral loopback port."""
+    return broker_and_client[0]
+
+
+@pytest.fixture
+def broker_client(broker_and_client):
+    """A BrokerConnection to `broker`."""
+    return broker_and_client[1]
 
 
 os.environ.setdefault("PYTHONUNBUFFERED", "1")

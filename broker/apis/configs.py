@@ -9,22 +9,28 @@ from kio.schema.errors import ErrorCode
 from broker.apis.base import NO_THROTTLE, KafkaError, RequestContext
 from broker.config import (
     BROKER_CONFIGS,
+    GROUP_CONFIGS,
+    GROUP_TO_BROKER,
     TOPIC_CONFIGS,
     TOPIC_TO_BROKER,
     ConfigError,
     render,
     validate_dynamic_broker_configs,
+    validate_group_configs,
     validate_topic_configs,
 )
 
 TOPIC = 2
 BROKER = 4
+# Kafka 4.x's ConfigResource.Type.GROUP (KIP-848's draft said 16, which became CLIENT_METRICS).
+GROUP = 32
 
 # DescribeConfigs config_source values.
 DYNAMIC_TOPIC_CONFIG = 1
 DYNAMIC_BROKER_CONFIG = 2
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
+GROUP_CONFIG = 8
 _BROKER_SOURCE = {
     "dynamic": DYNAMIC_BROKER_CONFIG,
     "static": STATIC_BROKER_CONFIG,
@@ -59,19 +65,26 @@ def _broker_entry(broker, name: str) -> ConfigEntry:
     )
 
 
-def describe_topic_entries(broker, overrides: dict[str, str | None]) -> list[ConfigEntry]:
+def _overridable_entries(broker, defs, to_broker, overrides, override_source) -> list[ConfigEntry]:
+    """Entries of a resource whose configs override broker defaults (topics, groups)."""
     entries = []
-    for name, d in TOPIC_CONFIGS.items():
-        synonym = _broker_entry(broker, TOPIC_TO_BROKER[name])
+    for name, d in defs.items():
+        synonym = _broker_entry(broker, to_broker[name])
         synonyms = synonym.synonyms
         if name in overrides:
             value = render(d.parse(overrides[name]))
-            source = DYNAMIC_TOPIC_CONFIG
+            source = override_source
             synonyms = ((name, value, source), *synonyms)
         else:
             value, source = synonym.value, synonym.config_source
         entries.append(ConfigEntry(name, value, False, source, synonyms, d.type_id, d.doc))
     return entries
+
+
+def describe_topic_entries(broker, overrides: dict[str, str | None]) -> list[ConfigEntry]:
+    return _overridable_entries(
+        broker, TOPIC_CONFIGS, TOPIC_TO_BROKER, overrides, DYNAMIC_TOPIC_CONFIG
+    )
 
 
 def _resource_entries(broker, resource_type: int, name: str) -> list[ConfigEntry]:
@@ -83,6 +96,10 @@ def _resource_entries(broker, resource_type: int, name: str) -> list[ConfigEntry
     if resource_type == BROKER:
         _check_broker_name(broker, name)
         return [_broker_entry(broker, n) for n in BROKER_CONFIGS]
+    if resource_type == GROUP:
+        return _overridable_entries(
+            broker, GROUP_CONFIGS, GROUP_TO_BROKER, broker.group_configs.get(name, {}), GROUP_CONFIG
+        )
     raise KafkaError(ErrorCode.invalid_request, f"Unsupported resource type {resource_type}")
 
 
@@ -158,7 +175,7 @@ def _apply_operations(current: dict[str, str], resource) -> dict[str, str]:
     if len(names) != len(set(names)):
         raise KafkaError(ErrorCode.invalid_request, "Error due to duplicate config keys")
     updated = dict(current)
-    defs = TOPIC_CONFIGS if resource.resource_type == TOPIC else BROKER_CONFIGS
+    defs = {TOPIC: TOPIC_CONFIGS, GROUP: GROUP_CONFIGS}.get(resource.resource_type, BROKER_CONFIGS)
     for c in resource.configs:
         d = defs.get(c.name)
         if d is None:
@@ -204,6 +221,13 @@ async def _alter(broker, ctx: RequestContext, request, compute) -> object:
                 _validated(validate_topic_configs, configs)
                 if not request.validate_only:
                     await broker.set_topic_configs(topic.name, configs)
+            elif r.resource_type == GROUP:
+                if not r.resource_name:
+                    raise KafkaError(ErrorCode.invalid_group_id, "The group id is empty")
+                configs = compute(dict(broker.group_configs.get(r.resource_name, {})), r)
+                _validated(lambda c: validate_group_configs(c, broker.config), configs)
+                if not request.validate_only:
+                    await broker.set_group_configs(r.resource_name, configs)
             elif r.resource_type == BROKER:
                 _check_broker_name(broker, r.resource_name)
                 configs = compute(dict(broker.dynamic_broker_configs), r)

@@ -40,13 +40,13 @@ def handle_produce(broker, ctx: RequestContext, request) -> object:
             "ProduceResponse", responses=tuple(topics), throttle_time=NO_THROTTLE
         )
     if to_flush:
-        return _flushed(to_flush, response)
+        return _flushed(broker, to_flush, response)
     return response
 
 
-async def _flushed(logs: list, response: object) -> object:
+async def _flushed(broker, logs: list, response: object) -> object:
     """Answer only once the data is on disk: fsync in a thread, the loop keeps serving."""
-    await asyncio.gather(*(asyncio.to_thread(log.flush) for log in logs))
+    await asyncio.gather(*(broker.run_blocking(log.flush) for log in logs))
     return response
 
 

@@ -1,10 +1,12 @@
 """Every API Fjord serves, with the version range it advertises in ApiVersions.
 
 A range lists only versions whose semantics are implemented and covered by tests
-(tests/broker/test_api_versions_sweep.py exercises every advertised version)."""
+(tests/broker/apis/test_api_versions_sweep.py and its siblings exercise every advertised version).
+The group APIs are declared beside their handlers, each module's `SPECS`."""
 
 from __future__ import annotations
 
+from broker.apis import classic_groups, consumer_groups, group_offsets
 from broker.apis.api_versions import handle_api_versions
 from broker.apis.base import ApiSpec
 from broker.apis.cluster import handle_describe_cluster
@@ -44,5 +46,10 @@ API_SPECS: dict[int, ApiSpec] = {
         ApiSpec(37, "CreatePartitions", 0, 3, handle_create_partitions),
         ApiSpec(44, "IncrementalAlterConfigs", 0, 1, handle_incremental_alter_configs),
         ApiSpec(60, "DescribeCluster", 0, 1, handle_describe_cluster),
+        *group_offsets.SPECS,
+        *classic_groups.SPECS,
+        *consumer_groups.SPECS,
     ]
 }
+
+CONSUMER_PROTOCOL_APIS = frozenset(s.key for s in consumer_groups.SPECS)

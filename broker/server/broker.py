@@ -7,6 +7,7 @@ metadata-store writes and recovery run in threads so that the loop never waits o
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import socket
@@ -14,11 +15,14 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-from broker.apis.registry import API_SPECS
+from broker.apis.registry import API_SPECS, CONSUMER_PROTOCOL_APIS
 from broker.config import BrokerConfig, render, validate_dynamic_broker_configs
+from broker.coordinator.config import GroupCoordinatorConfig
+from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.metadata.image import MetadataImage, TopicMetadata
 from broker.metadata.store import SqliteMetadataStore
 from broker.server.connection import KafkaConnection
+from broker.server.coordinator_runtime import CoordinatorRuntime
 from broker.server.metrics import BrokerMetrics, serve_metrics
 from broker.server.replica_manager import ReplicaManager
 from broker.storage import Log, LogManager
@@ -26,18 +30,37 @@ from broker.storage import Log, LogManager
 log = logging.getLogger("broker")
 
 
+def _completes_when_cancelled(change):
+    """A metadata change, once begun, finishes even if the request that asked for it is
+    cancelled (its client disconnected): the store and the in-memory image must not part."""
+
+    @functools.wraps(change)
+    async def shielded(self, *args, **kwargs):
+        return await asyncio.shield(change(self, *args, **kwargs))
+
+    return shielded
+
+
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.node_id = config.node_id
-        self.api_specs = API_SPECS
+        protocols = config["group.coordinator.rebalance.protocols"]
+        # Without the consumer protocol its APIs are not advertised, as in Kafka.
+        self.api_specs = {
+            key: spec
+            for key, spec in API_SPECS.items()
+            if "consumer" in protocols or key not in CONSUMER_PROTOCOL_APIS
+        }
         self.metrics = BrokerMetrics()
         self.connections: set[KafkaConnection] = set()
         self.bound: dict[str, tuple[str, int]] = {}
         self.metrics_address: tuple[str, int] | None = None
         self.dynamic_broker_configs: dict[str, str] = {}
+        self.group_configs: dict[str, dict[str, str]] = {}
         self._servers: list[asyncio.Server] = []
         self._background: list[asyncio.Task] = []
+        self._blocking: set[asyncio.Future] = set()
         self._metadata_lock = asyncio.Lock()
         # One thread: metadata writes stay ordered and SQLite sees a single writer.
         self._metadata_thread = ThreadPoolExecutor(1, thread_name_prefix="fjord-metadata")
@@ -54,6 +77,7 @@ class Broker:
         self.image = await self._in_metadata_thread(self.store.load, self.config["cluster.id"])
         self.dynamic_broker_configs = await self._in_metadata_thread(self.store.broker_configs)
         self.config.set_dynamic(validate_dynamic_broker_configs(self.dynamic_broker_configs))
+        self.group_configs = await self._in_metadata_thread(self.store.group_configs)
 
         self.log_manager = LogManager(self.config.log_dirs)
         self.replica_manager = ReplicaManager(self.config, self.log_manager, self.image)
@@ -65,6 +89,12 @@ class Broker:
         for topic in self.image.topics():
             self.replica_manager.open_partitions(topic)
         self.metrics.add_partition_gauges(self._partition_logs)
+        self.group_coordinator = GroupCoordinator(
+            GroupCoordinatorConfig.from_broker(self.config), self.image, self.group_configs
+        )
+        self.coordinator_runtime = CoordinatorRuntime(self, self.group_coordinator)
+        replayed = self.coordinator_runtime.load()
+        log.info("group coordinator loaded %d record(s) from __consumer_offsets", replayed)
 
         loop = asyncio.get_running_loop()
         for name, host, port in self.config.listeners():
@@ -108,6 +138,7 @@ class Broker:
         )
 
     async def stop(self) -> None:
+        self.coordinator_runtime.stop()
         for server in self._servers:
             server.close()
         for task in self._background:
@@ -117,6 +148,10 @@ class Broker:
         for server in self._servers:
             await server.wait_closed()
         await asyncio.gather(*self._background, return_exceptions=True)
+        # Wait for work already begun: metadata changes (they hold the lock) and blocking
+        # jobs in threads, which cancellation does not stop.
+        async with self._metadata_lock:
+            await asyncio.gather(*self._blocking, return_exceptions=True)
         self.log_manager.close()
         self.store.close()
         self._metadata_thread.shutdown()
@@ -129,7 +164,7 @@ class Broker:
             now_ms = int(time.time() * 1000)
             try:
                 if in_thread:
-                    await asyncio.to_thread(job, now_ms)
+                    await self.run_blocking(job, now_ms)
                 elif inspect.iscoroutinefunction(job):
                     await job(now_ms)
                 else:
@@ -140,7 +175,15 @@ class Broker:
     async def _enforce_retention(self, now_ms: int) -> None:
         # Segments are unlinked later (file.delete.delay.ms); only the checkpoint blocks.
         if self.log_manager.enforce_retention(now_ms):
-            await asyncio.to_thread(self.log_manager.checkpoint)
+            await self.run_blocking(self.log_manager.checkpoint)
+
+    def run_blocking(self, fn, *args) -> asyncio.Future:
+        """Run blocking work (fsync, file creation) in a thread. A cancelled caller stops
+        waiting, not the work; stop() waits for whatever is still running."""
+        future = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+        self._blocking.add(future)
+        future.add_done_callback(self._blocking.discard)
+        return asyncio.shield(future)
 
     async def _in_metadata_thread(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._metadata_thread, fn, *args)
@@ -168,6 +211,7 @@ class Broker:
 
     # -- state changes (serialized; durable in the store before they become visible) ---------
 
+    @_completes_when_cancelled
     async def create_topic(
         self, name: str, partitions: int, configs: dict[str, str]
     ) -> TopicMetadata:
@@ -177,14 +221,16 @@ class Broker:
                 return existing
             topic = TopicMetadata(name, uuid.uuid4(), partitions, dict(configs))
             await self._in_metadata_thread(self.store.create_topic, topic)
-            await asyncio.to_thread(self.replica_manager.open_partitions, topic)
+            await self.run_blocking(self.replica_manager.open_partitions, topic)
             self.image.put(topic)
             log.info("created topic %s with %d partition(s)", name, partitions)
+            self._topics_changed()
             return topic
 
     async def auto_create_topic(self, name: str) -> TopicMetadata:
         return await self.create_topic(name, self.config["num.partitions"], {})
 
+    @_completes_when_cancelled
     async def delete_topic(self, name: str) -> None:
         async with self._metadata_lock:
             topic = self.image.topic(name)
@@ -193,17 +239,21 @@ class Broker:
             await self._in_metadata_thread(self.store.delete_topic, name)
             self.image.remove(name)
             self.replica_manager.release_waiters(topic)
-            await asyncio.to_thread(self.replica_manager.delete_logs, topic)
+            await self.run_blocking(self.replica_manager.delete_logs, topic)
             log.info("deleted topic %s", name)
+            self._topics_changed()
 
+    @_completes_when_cancelled
     async def add_partitions(self, name: str, count: int) -> None:
         async with self._metadata_lock:
             topic = self.image.topic(name)
             await self._in_metadata_thread(self.store.set_partitions, name, count)
             grown = TopicMetadata(name, topic.topic_id, count, topic.configs)
-            await asyncio.to_thread(self.replica_manager.open_partitions, grown)
+            await self.run_blocking(self.replica_manager.open_partitions, grown)
             topic.partitions = count
+            self._topics_changed()
 
+    @_completes_when_cancelled
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         async with self._metadata_lock:
             topic = self.image.topic(name)
@@ -211,6 +261,7 @@ class Broker:
             topic.configs = dict(configs)
             self.replica_manager.reconfigure([topic])
 
+    @_completes_when_cancelled
     async def set_broker_configs(self, configs: dict[str, str]) -> None:
         async with self._metadata_lock:
             parsed = validate_dynamic_broker_configs(configs)
@@ -220,7 +271,24 @@ class Broker:
             self.config.set_dynamic(parsed)
             self.replica_manager.reconfigure()
 
+    def _topics_changed(self) -> None:
+        """Consumer groups subscribed to changed topics get a new target assignment."""
+        if self.image.topic("__consumer_offsets") is not None:
+            now_ms = int(time.time() * 1000)
+            self.coordinator_runtime.apply(
+                self.group_coordinator.consumer.on_metadata_change(now_ms)
+            )
+
+    @_completes_when_cancelled
+    async def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
+        async with self._metadata_lock:
+            await self._in_metadata_thread(self.store.set_group_configs, group_id, configs)
+            if configs:
+                self.group_configs[group_id] = dict(configs)
+            else:
+                self.group_configs.pop(group_id, None)
+
     async def delete_records(self, log_: Log, offset: int) -> int:
         low_watermark = log_.delete_records_before(offset)
-        await asyncio.to_thread(self.log_manager.checkpoint)
+        await self.run_blocking(self.log_manager.checkpoint)
         return low_watermark

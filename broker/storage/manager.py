@@ -167,7 +167,7 @@ class LogManager:
 
     def close(self) -> None:
         """Flush and close all logs, write checkpoints, then mark each dir cleanly shut down."""
-        for log in self._logs.values():
+        for log in list(self._logs.values()):
             log.close()
         self.checkpoint()
         for log_dir in self.log_dirs:

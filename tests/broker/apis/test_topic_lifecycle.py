@@ -4,44 +4,20 @@ from __future__ import annotations
 
 import time
 
+from conftest import running_broker
 from kio.schema.errors import ErrorCode
 from test_produce_fetch import batch, fetch_request, fetched, produce_request
 
-from broker.client.connection import BrokerConnection
-from broker.config import BrokerConfig
 from broker.records.batch import LOG_APPEND_TIME
-from broker.server.broker import Broker
-
-
-def broker_on(log_dir) -> Broker:
-    return Broker(
-        BrokerConfig(
-            {
-                "listeners": "PLAINTEXT://127.0.0.1:0",
-                "log.dirs": str(log_dir),
-                "metrics.listener": "",
-            }
-        )
-    )
-
-
-async def connect(b: Broker) -> BrokerConnection:
-    return await BrokerConnection.open(*b.bound["PLAINTEXT"])
 
 
 async def test_topics_configs_and_data_survive_a_restart(tmp_path):
-    first = broker_on(tmp_path)
-    await first.start()
-    topic = await first.create_topic("kept", 2, {"retention.ms": "3600000"})
-    conn = await connect(first)
-    await conn.send(produce_request("kept", batch(4), partition=1))
-    await conn.close()
-    cluster_id = first.image.cluster_id
-    await first.stop()
+    async with running_broker(tmp_path) as (first, conn):
+        topic = await first.create_topic("kept", 2, {"retention.ms": "3600000"})
+        await conn.send(produce_request("kept", batch(4), partition=1))
+        cluster_id = first.image.cluster_id
 
-    second = broker_on(tmp_path)
-    await second.start()
-    try:
+    async with running_broker(tmp_path) as (second, conn):
         again = second.image.topic("kept")
         assert (again.topic_id, again.partitions, again.configs) == (
             topic.topic_id,
@@ -49,12 +25,8 @@ async def test_topics_configs_and_data_survive_a_restart(tmp_path):
             {"retention.ms": "3600000"},
         )
         assert second.image.cluster_id == cluster_id
-        conn = await connect(second)
         part, batches = fetched(await conn.send(fetch_request(topic.topic_id, partition=1)))
         assert part.high_watermark == 4 and len(batches[0][1]) == 4
-        await conn.close()
-    finally:
-        await second.stop()
 
 
 async def test_log_append_time_topics_stamp_the_broker_time(broker, broker_client):
@@ -79,3 +51,20 @@ async def test_create_time_too_far_in_the_future_is_rejected(broker, broker_clie
     future = build_batch([(None, b"x", [], int(time.time() * 1000) + 3_600_000)])
     response = await broker_client.send(produce_request("ct", future))
     assert response.responses[0].partition_responses[0].error_code == ErrorCode.invalid_timestamp
+
+
+async def test_a_cancelled_creation_still_completes_store_and_image_together(broker):
+    import asyncio
+
+    for yields in range(12):
+        name = f"cancelled-{yields}"
+        task = asyncio.ensure_future(broker.create_topic(name, 1, {}))
+        for _ in range(yields):
+            await asyncio.sleep(0)  # cancel at each suspension point in turn
+        task.cancel()
+        # The change was begun: asking again waits for it and finds the topic, never a
+        # UNIQUE-constraint failure from a row the image does not know.
+        topic = await broker.create_topic(name, 1, {})
+        stored = broker.store.load(None).topic(name)
+        assert stored is not None and stored.topic_id == topic.topic_id
+        assert broker.replica_manager.log(name, 0) is not None

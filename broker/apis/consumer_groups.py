@@ -1,0 +1,180 @@
+"""ConsumerGroupHeartbeat and ConsumerGroupDescribe: the KIP-848 consumer group protocol.
+
+Both versions of each are served, as by Kafka 4.x: ConsumerGroupHeartbeat v1 adds the
+server-side regex subscription and makes the client generate its member id; ConsumerGroupDescribe
+v1 adds the member type.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from kio.schema.errors import ErrorCode
+
+from broker.apis.base import NO_THROTTLE, ApiSpec, RequestContext
+from broker.apis.metadata import authorized_operations
+from broker.coordinator.assignors import Assignment
+from broker.coordinator.consumer_group import ConsumerGroup, GroupError, HeartbeatRequest
+from broker.security.operations import ResourceType
+
+CONSUMER_MEMBER_TYPE = 1  # ConsumerGroupDescribe v1: 0 classic, 1 consumer protocol
+
+
+def _ms(value: timedelta) -> int:
+    return value // timedelta(milliseconds=1)
+
+
+async def handle_consumer_group_heartbeat(broker, ctx: RequestContext, request) -> object:
+    coordinator = broker.group_coordinator
+    if "consumer" not in coordinator.config.rebalance_protocols:
+        return _heartbeat_error(
+            ctx, ErrorCode.unsupported_version, "The consumer group protocol is not enabled."
+        )
+    heartbeat = HeartbeatRequest(
+        group_id=request.group_id,
+        member_id=request.member_id,
+        member_epoch=request.member_epoch,
+        instance_id=request.instance_id,
+        rack_id=request.rack_id,
+        rebalance_timeout_ms=_ms(request.rebalance_timeout),
+        subscribed_topic_names=request.subscribed_topic_names,
+        subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),
+        server_assignor=request.server_assignor,
+        owned_partitions=(
+            None
+            if request.topic_partitions is None
+            else {tp.topic_id: frozenset(tp.partitions) for tp in request.topic_partitions}
+        ),
+    )
+    response = await broker.coordinator_runtime.run(
+        request.group_id,
+        lambda now_ms: coordinator.consumer.heartbeat(
+            heartbeat,
+            now_ms,
+            client_id=ctx.client_id or "",
+            client_host=f"/{ctx.client_host}",  # Kafka shows InetAddress.toString()
+            api_version=ctx.api_version,
+        ),
+    )
+    if response.error_code != ErrorCode.none:
+        return _heartbeat_error(ctx, response.error_code, response.error_message)
+    assignment = None
+    if response.assignment is not None:
+        assignment = ctx.response(
+            "Assignment",
+            topic_partitions=tuple(
+                ctx.response("TopicPartitions", topic_id=topic_id, partitions=tuple(sorted(ps)))
+                for topic_id, ps in sorted(response.assignment.items())
+            ),
+        )
+    return ctx.response(
+        "ConsumerGroupHeartbeatResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        member_id=response.member_id,
+        member_epoch=response.member_epoch,
+        heartbeat_interval=timedelta(milliseconds=response.heartbeat_interval_ms),
+        assignment=assignment,
+    )
+
+
+def _heartbeat_error(ctx: RequestContext, code: ErrorCode, message: str | None) -> object:
+    return ctx.response(
+        "ConsumerGroupHeartbeatResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=code,
+        error_message=message,
+        member_id=None,
+        member_epoch=0,
+        heartbeat_interval=timedelta(0),
+        assignment=None,
+    )
+
+
+async def handle_consumer_group_describe(broker, ctx: RequestContext, request) -> object:
+    manager = broker.group_coordinator.consumer
+    described = []
+    for group_id in request.group_ids:
+        if not group_id:
+            described.append(_describe_error(ctx, group_id, ErrorCode.invalid_group_id, None))
+            continue
+        try:
+            group = manager.consumer_group(group_id)
+        except GroupError as e:
+            described.append(_describe_error(ctx, group_id, e.code, e.message))
+            continue
+        described.append(_describe(broker, ctx, group, request.include_authorized_operations))
+    return ctx.response(
+        "ConsumerGroupDescribeResponse", throttle_time=NO_THROTTLE, groups=tuple(described)
+    )
+
+
+def _describe_error(
+    ctx: RequestContext, group_id: str, code: ErrorCode, message: str | None
+) -> object:
+    return ctx.response(
+        "DescribedGroup",
+        error_code=code,
+        error_message=message,
+        group_id=group_id,
+        group_state="",
+        group_epoch=0,
+        assignment_epoch=0,
+        assignor_name="",
+        members=(),
+    )
+
+
+def _describe(broker, ctx: RequestContext, group: ConsumerGroup, include_operations: bool):
+
+    def assignment(partitions: Assignment) -> object:
+        topics = []
+        for topic_id, ps in sorted(partitions.items()):
+            topic = broker.image.topic_by_id(topic_id)
+            if topic is not None:  # a deleted topic is on its way out of the assignment
+                topics.append(
+                    ctx.response(
+                        "TopicPartitions",
+                        topic_id=topic_id,
+                        topic_name=topic.name,
+                        partitions=tuple(sorted(ps)),
+                    )
+                )
+        return ctx.response("Assignment", topic_partitions=tuple(topics))
+
+    members = tuple(
+        ctx.response(
+            "Member",
+            member_id=m.member_id,
+            instance_id=m.metadata.instance_id,
+            rack_id=m.metadata.rack_id,
+            member_epoch=m.member_epoch,
+            client_id=m.metadata.client_id,
+            client_host=m.metadata.client_host,
+            subscribed_topic_names=m.metadata.subscribed_topic_names,
+            subscribed_topic_regex=m.metadata.subscribed_topic_regex,
+            assignment=assignment(m.current.assigned_partitions),
+            target_assignment=assignment(group.target_assignment.get(m.member_id, {})),
+            member_type=CONSUMER_MEMBER_TYPE,
+        )
+        for m in sorted(group.members.values(), key=lambda m: m.member_id)
+    )
+    return ctx.response(
+        "DescribedGroup",
+        error_code=ErrorCode.none,
+        error_message=None,
+        group_id=group.group_id,
+        group_state=group.state_name,
+        group_epoch=group.group_epoch,
+        assignment_epoch=group.assignment_epoch,
+        assignor_name=broker.group_coordinator.consumer.assignor_name(group.members.values()),
+        members=members,
+        authorized_operations=authorized_operations(include_operations, ResourceType.GROUP),
+    )
+
+
+SPECS: list[ApiSpec] = [
+    ApiSpec(68, "ConsumerGroupHeartbeat", 0, 1, handle_consumer_group_heartbeat),
+    ApiSpec(69, "ConsumerGroupDescribe", 0, 1, handle_consumer_group_describe),
+]

@@ -1,0 +1,247 @@
+"""FindCoordinator, OffsetCommit, OffsetFetch, OffsetDelete, ListGroups, DeleteGroups."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from kio.schema.errors import ErrorCode
+
+from broker.apis.base import NO_THROTTLE, ApiSpec, RequestContext
+from broker.coordinator.offsets import OffsetCommitRequest
+
+GROUP_KEY, TRANSACTION_KEY = 0, 1
+
+
+async def handle_find_coordinator(broker, ctx: RequestContext, request) -> object:
+    keys = list(getattr(request, "coordinator_keys", ()) or [getattr(request, "key", "")])
+    if getattr(request, "key_type", GROUP_KEY) == GROUP_KEY:
+        await broker.coordinator_runtime.ensure_offsets_topic()
+        host, port = broker.advertised_address(ctx.listener)
+        found = (ErrorCode.none, None, broker.node_id, host, port)
+    else:
+        # Transactions arrive with the exactly-once work; until then no coordinator exists.
+        found = (
+            ErrorCode.coordinator_not_available,
+            "The transaction coordinator is not available",
+            -1,
+            "",
+            -1,
+        )
+    code, message, node_id, host, port = found
+    if ctx.api_version < 4:
+        return ctx.response(
+            "FindCoordinatorResponse",
+            throttle_time=NO_THROTTLE,
+            error_code=code,
+            error_message=message,
+            node_id=node_id,
+            host=host,
+            port=port,
+        )
+    return ctx.response(
+        "FindCoordinatorResponse",
+        throttle_time=NO_THROTTLE,
+        coordinators=tuple(
+            ctx.response(
+                "Coordinator",
+                key=key,
+                node_id=node_id,
+                host=host,
+                port=port,
+                error_code=code,
+                error_message=message,
+            )
+            for key in keys
+        ),
+    )
+
+
+async def handle_offset_commit(broker, ctx: RequestContext, request) -> object:
+    partitions = [
+        OffsetCommitRequest(
+            topic=t.name,
+            partition=p.partition_index,
+            offset=p.committed_offset,
+            leader_epoch=getattr(p, "committed_leader_epoch", -1),
+            metadata=p.committed_metadata,
+        )
+        for t in request.topics
+        for p in t.partitions
+    ]
+    # v2-v4 may ask for a retention of their own; -1 means the broker's.
+    retention = getattr(request, "retention_time", None)
+    retention_ms = (
+        int(retention.total_seconds() * 1000)
+        if isinstance(retention, timedelta)
+        else (retention if retention is not None else -1)
+    )
+    coordinator = broker.group_coordinator
+    errors = await broker.coordinator_runtime.run(
+        request.group_id,
+        lambda now_ms: coordinator.commit_offsets(
+            request.group_id,
+            request.member_id,
+            request.generation_id_or_member_epoch,
+            getattr(request, "group_instance_id", None),
+            partitions,
+            now_ms,
+            ctx.api_version,
+            expire_timestamp=now_ms + retention_ms if retention_ms >= 0 else -1,
+        ),
+    )
+    return ctx.response(
+        "OffsetCommitResponse",
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            ctx.response(
+                "OffsetCommitResponseTopic",
+                name=t.name,
+                partitions=tuple(
+                    ctx.response(
+                        "OffsetCommitResponsePartition",
+                        partition_index=p.partition_index,
+                        error_code=errors[(t.name, p.partition_index)],
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in request.topics
+        ),
+    )
+
+
+async def handle_offset_fetch(broker, ctx: RequestContext, request) -> object:
+    await broker.coordinator_runtime.ensure_offsets_topic()
+    if ctx.api_version >= 8:
+        groups = tuple(
+            _fetch_group(
+                broker,
+                ctx,
+                g.group_id,
+                g.topics,
+                getattr(g, "member_id", None),
+                getattr(g, "member_epoch", -1),
+                batched=True,
+            )
+            for g in request.groups
+        )
+        return ctx.response("OffsetFetchResponse", throttle_time=NO_THROTTLE, groups=groups)
+    error, topics = _fetch_group(
+        broker, ctx, request.group_id, request.topics, None, -1, batched=False
+    )
+    return ctx.response(
+        "OffsetFetchResponse", throttle_time=NO_THROTTLE, topics=topics, error_code=error
+    )
+
+
+def _fetch_group(broker, ctx, group_id, topics, member_id, member_epoch, batched: bool):
+    if topics is None:
+        wanted = None
+    else:
+        wanted = [(t.name, p) for t in topics for p in getattr(t, "partition_indexes", None) or ()]
+    error, offsets = broker.group_coordinator.fetch_offsets(
+        group_id, wanted, member_id, member_epoch
+    )
+    prefix = "OffsetFetchResponse"
+    names = ("Topics", "Partitions") if batched else ("Topic", "Partition")
+    by_topic: dict[str, list] = {}
+    for (topic, partition), committed in offsets.items():
+        by_topic.setdefault(topic, []).append(
+            ctx.response(
+                prefix + names[1],
+                partition_index=partition,
+                committed_offset=committed.offset if committed else -1,
+                committed_leader_epoch=committed.leader_epoch if committed else -1,
+                metadata=committed.metadata if committed else "",
+                error_code=ErrorCode.none,
+            )
+        )
+    response_topics = tuple(
+        ctx.response(prefix + names[0], name=t, partitions=tuple(ps)) for t, ps in by_topic.items()
+    )
+    if batched:
+        return ctx.response(
+            "OffsetFetchResponseGroup", group_id=group_id, topics=response_topics, error_code=error
+        )
+    return error, response_topics
+
+
+async def handle_offset_delete(broker, ctx: RequestContext, request) -> object:
+    wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    coordinator = broker.group_coordinator
+    error, errors = await broker.coordinator_runtime.run(
+        request.group_id, lambda now_ms: coordinator.delete_offsets(request.group_id, wanted)
+    )
+    return ctx.response(
+        "OffsetDeleteResponse",
+        error_code=error,
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            ctx.response(
+                "OffsetDeleteResponseTopic",
+                name=t.name,
+                partitions=tuple(
+                    ctx.response(
+                        "OffsetDeleteResponsePartition",
+                        partition_index=p.partition_index,
+                        error_code=errors.get((t.name, p.partition_index), ErrorCode.none),
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in request.topics
+        )
+        if error == ErrorCode.none
+        else (),
+    )
+
+
+def handle_list_groups(broker, ctx: RequestContext, request) -> object:
+    states = {s.lower() for s in getattr(request, "states_filter", ())}
+    types = {t.lower() for t in getattr(request, "types_filter", ())}
+    groups = broker.group_coordinator.list_groups(states or None, types or None)
+    return ctx.response(
+        "ListGroupsResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        groups=tuple(
+            ctx.response(
+                "ListedGroup",
+                group_id=g.group_id,
+                protocol_type=g.protocol_type,
+                group_state=g.state,
+                group_type=g.group_type,
+            )
+            for g in groups
+        ),
+    )
+
+
+async def handle_delete_groups(broker, ctx: RequestContext, request) -> object:
+    coordinator = broker.group_coordinator
+    names = list(request.groups_names)
+    results: dict[str, ErrorCode] = {}
+    # One operation per group: each group's records go to its own partition.
+    for group_id in names:
+        outcome = await broker.coordinator_runtime.run(
+            group_id, lambda now_ms, g=group_id: coordinator.delete_groups([g])
+        )
+        results.update(outcome)
+    return ctx.response(
+        "DeleteGroupsResponse",
+        throttle_time=NO_THROTTLE,
+        results=tuple(
+            ctx.response("DeletableGroupResult", group_id=g, error_code=results[g]) for g in names
+        ),
+    )
+
+
+SPECS: list[ApiSpec] = [
+    ApiSpec(10, "FindCoordinator", 0, 6, handle_find_coordinator),
+    # v10 of OffsetCommit and OffsetFetch address topics by id (Kafka 4.1): not yet.
+    ApiSpec(8, "OffsetCommit", 2, 9, handle_offset_commit),
+    ApiSpec(9, "OffsetFetch", 1, 9, handle_offset_fetch),
+    ApiSpec(47, "OffsetDelete", 0, 0, handle_offset_delete),
+    ApiSpec(16, "ListGroups", 0, 5, handle_list_groups),
+    ApiSpec(42, "DeleteGroups", 0, 2, handle_delete_groups),
+]

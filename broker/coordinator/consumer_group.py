@@ -1,0 +1,896 @@
+"""KIP-848 consumer groups: their state, rebuilt from `__consumer_offsets` records, and the
+ConsumerGroupHeartbeat operation that changes it (Kafka's ConsumerGroup and the consumer-group
+half of GroupMetadataManager).
+
+A heartbeat does three things, each only when needed:
+1. update the member; a new member or a changed subscription (or topic metadata) bumps the
+   group epoch;
+2. when the group epoch is ahead of the target assignment epoch, run the group's server-side
+   assignor to compute a new target assignment;
+3. reconcile this member's current assignment towards its target (reconciliation.py).
+
+Operations only read the state and return records; `replay` applies them. Session and
+rebalance timeouts are transient timers re-armed by `on_loaded` after a restart.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Mapping, MutableMapping
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+
+from kio.schema.errors import ErrorCode
+
+from broker.coordinator.assignors import ASSIGNORS, Assignment, MemberSpec
+from broker.coordinator.config import GroupCoordinatorConfig
+from broker.coordinator.reconciliation import (
+    NO_OWNER,
+    CurrentAssignment,
+    MemberState,
+    from_topic_partitions,
+    reconcile,
+    to_topic_partitions,
+)
+from broker.coordinator.records import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupCurrentMemberAssignmentValue,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupPartitionMetadataKey,
+    ConsumerGroupPartitionMetadataValue,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue,
+    GroupMetadataKey,
+)
+from broker.coordinator.records import TopicMetadata as SubscribedTopic
+from broker.coordinator.runtime import Record, Result, Timer
+from broker.metadata.image import MetadataImage
+
+LEAVE_GROUP_MEMBER_EPOCH = -1
+LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
+# From this ConsumerGroupHeartbeat version on, the client generates its member id (KIP-1082).
+CLIENT_GENERATED_MEMBER_ID_VERSION = 1
+SESSION_TIMEOUT_CONFIG = "consumer.session.timeout.ms"
+HEARTBEAT_INTERVAL_CONFIG = "consumer.heartbeat.interval.ms"
+
+
+class GroupError(Exception):
+    """An operation refused with Kafka's error code and message; it writes nothing."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    """A ConsumerGroupHeartbeat, version-independent. None means "unchanged since the last
+    heartbeat" for every optional field, as in the protocol."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned_partitions: Assignment | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponse:
+    error_code: ErrorCode = ErrorCode.none
+    error_message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: Assignment | None = None  # None: unchanged, the member keeps what it has
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMember:
+    """A member: what it told the coordinator (the ConsumerGroupMemberMetadata record) and its
+    current assignment (the ConsumerGroupCurrentMemberAssignment record)."""
+
+    member_id: str
+    metadata: ConsumerGroupMemberMetadataValue = field(
+        default_factory=ConsumerGroupMemberMetadataValue
+    )
+    current: CurrentAssignment = field(default_factory=CurrentAssignment)
+
+    @property
+    def member_epoch(self) -> int:
+        return self.current.member_epoch
+
+    @property
+    def instance_id(self) -> str | None:
+        return self.metadata.instance_id
+
+
+class ConsumerGroup:
+    """The state of one consumer group, changed only by `replay` (through the manager)."""
+
+    group_type = "consumer"
+    protocol_type = "consumer"
+
+    def __init__(self, group_id: str, image: MetadataImage) -> None:
+        self.group_id = group_id
+        self.image = image
+        self.group_epoch = 0
+        self.subscription_metadata: dict[str, SubscribedTopic] = {}  # by topic name
+        self.assignment_epoch = 0
+        self.target_assignment: dict[str, Assignment] = {}
+        self.members: dict[str, ConsumerGroupMember] = {}
+        self.static_members: dict[str, str] = {}  # instance id -> member id
+        # (topic id, partition) -> epoch of the member owning it (assigned or revoking)
+        self.partition_epochs: dict[tuple[uuid.UUID, int], int] = {}
+        self.dead = False
+
+    # -- the interface every group type offers the coordinator ---------------------------------
+
+    @property
+    def state_name(self) -> str:
+        """Kafka's ConsumerGroupState."""
+        if self.dead:
+            return "Dead"
+        if not self.members:
+            return "Empty"
+        if self.group_epoch > self.assignment_epoch:
+            return "Assigning"
+        if any(
+            not m.current.is_reconciled_to(self.assignment_epoch) for m in self.members.values()
+        ):
+            return "Reconciling"
+        return "Stable"
+
+    def is_empty(self) -> bool:
+        return not self.members
+
+    def subscribed_topics(self) -> set[str]:
+        return set().union(*(self.member_topics(m) for m in self.members.values()))
+
+    def validate_offset_commit(
+        self, member_id: str, member_epoch: int, group_instance_id: str | None
+    ) -> ErrorCode:
+        # A negative epoch comes from the admin client or a consumer without group management:
+        # it may commit only while no member could be consuming the partitions.
+        if member_epoch < 0 and not self.members:
+            return ErrorCode.none
+        return self._validate_member_epoch(member_id, member_epoch)
+
+    def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> ErrorCode:
+        if member_epoch == LEAVE_GROUP_MEMBER_EPOCH:  # OffsetFetch without a member (v9+)
+            return ErrorCode.none
+        return self._validate_member_epoch(member_id, member_epoch)
+
+    def _validate_member_epoch(self, member_id: str | None, member_epoch: int) -> ErrorCode:
+        member = self.members.get(member_id or "")
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if member.member_epoch != member_epoch:
+            return ErrorCode.stale_member_epoch
+        return ErrorCode.none
+
+    def tombstones(self) -> list[Record]:
+        """The records deleting the whole group, in Kafka's order: each record stays valid to
+        replay on its own (assignments go before the members they belong to)."""
+        gid, members = self.group_id, sorted(self.members)
+        return [
+            *(Record(ConsumerGroupCurrentMemberAssignmentKey(gid, m), None) for m in members),
+            *(Record(ConsumerGroupTargetAssignmentMemberKey(gid, m), None) for m in members),
+            Record(ConsumerGroupTargetAssignmentMetadataKey(gid), None),
+            *(Record(ConsumerGroupMemberMetadataKey(gid, m), None) for m in members),
+            Record(ConsumerGroupPartitionMetadataKey(gid), None),
+            Record(ConsumerGroupMetadataKey(gid), None),
+        ]
+
+    # -- derived views -------------------------------------------------------------------------
+
+    def snapshot_records(self) -> list[Record]:
+        """Records that rebuild this group from nothing, in replayable order (compaction)."""
+        gid = self.group_id
+        return [
+            *(_member_metadata_record(gid, m) for m in self.members.values()),
+            _subscription_record(gid, self.subscription_metadata),
+            _group_epoch_record(gid, self.group_epoch),
+            *(
+                _target_member_record(gid, member_id, assignment)
+                for member_id, assignment in self.target_assignment.items()
+            ),
+            Record(
+                ConsumerGroupTargetAssignmentMetadataKey(gid),
+                ConsumerGroupTargetAssignmentMetadataValue(self.assignment_epoch),
+            ),
+            *(
+                _current_assignment_record(gid, member_id, m.current)
+                for member_id, m in self.members.items()
+            ),
+        ]
+
+    def member_topics(self, member: ConsumerGroupMember) -> set[str]:
+        """The topic names a member subscribes to: by name, or matching its regex."""
+        topics = set(member.metadata.subscribed_topic_names)
+        regex = member.metadata.subscribed_topic_regex
+        if regex:
+            pattern = compile_regex(regex)
+            topics.update(
+                t.name for t in self.image.topics() if not t.internal and pattern.fullmatch(t.name)
+            )
+        return topics
+
+    def static_member(self, instance_id: str) -> ConsumerGroupMember | None:
+        member_id = self.static_members.get(instance_id)
+        return self.members.get(member_id) if member_id is not None else None
+
+    def partition_epoch(self, topic_id: uuid.UUID, partition: int) -> int:
+        return self.partition_epochs.get((topic_id, partition), NO_OWNER)
+
+    # -- replay --------------------------------------------------------------------------------
+
+    def put_member(self, member: ConsumerGroupMember) -> None:
+        old = self.members.get(member.member_id)
+        if old is not None:
+            self._forget(old)
+        self.members[member.member_id] = member
+        if member.instance_id is not None:
+            self.static_members[member.instance_id] = member.member_id
+        for topic_id, partitions in member.current.owned().items():
+            for partition in partitions:
+                if (topic_id, partition) in self.partition_epochs:
+                    # Reconciliation never gives a partition before its owner released it.
+                    raise ValueError(
+                        f"group {self.group_id}: partition {topic_id}-{partition} is owned by two "
+                        "members"
+                    )
+                self.partition_epochs[(topic_id, partition)] = member.member_epoch
+
+    def remove_member(self, member_id: str) -> None:
+        member = self.members.pop(member_id, None)
+        if member is not None:
+            self._forget(member)
+
+    def _forget(self, member: ConsumerGroupMember) -> None:
+        """Drop what is indexed from a member: its partitions and its instance id."""
+        for topic_id, partitions in member.current.owned().items():
+            for partition in partitions:
+                self.partition_epochs.pop((topic_id, partition), None)
+        if self.static_members.get(member.instance_id or "") == member.member_id:
+            del self.static_members[member.instance_id]
+
+
+@lru_cache(maxsize=256)
+def compile_regex(regex: str) -> re.Pattern[str]:
+    """A subscription regex; Kafka's are RE2/J, matched against the whole topic name."""
+    try:
+        return re.compile(regex)
+    except re.error as e:
+        raise GroupError(
+            ErrorCode.invalid_regular_expression,
+            f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {e}.",
+        ) from e
+
+
+def new_member_id() -> str:
+    """A random member id in the form of Kafka's Uuid.toString (URL-safe base64, no padding)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+class ConsumerGroupManager:
+    """Consumer groups of one coordinator: heartbeats, leaves, timeouts, metadata changes.
+
+    `groups` is the coordinator's map of every group (classic ones too), shared; this manager
+    adds and removes only ConsumerGroup entries, and only while replaying."""
+
+    def __init__(
+        self,
+        groups: MutableMapping[str, object],
+        timer: Timer,
+        config: GroupCoordinatorConfig,
+        image: MetadataImage,
+        group_configs: Mapping[str, Mapping[str, str]],
+    ) -> None:
+        self.groups = groups
+        self.timer = timer
+        self.config = config
+        self.image = image
+        self.group_configs = group_configs
+
+    # -- group configs -------------------------------------------------------------------------
+
+    def session_timeout_ms(self, group_id: str) -> int:
+        return self._group_config(
+            group_id, SESSION_TIMEOUT_CONFIG, self.config.consumer_session_timeout_ms
+        )
+
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        return self._group_config(
+            group_id, HEARTBEAT_INTERVAL_CONFIG, self.config.consumer_heartbeat_interval_ms
+        )
+
+    def _group_config(self, group_id: str, name: str, default: int) -> int:
+        value = self.group_configs.get(group_id, {}).get(name)
+        return int(value) if value is not None else default
+
+    # -- ConsumerGroupHeartbeat ----------------------------------------------------------------
+
+    def heartbeat(
+        self,
+        request: HeartbeatRequest,
+        now_ms: int,
+        *,
+        client_id: str,
+        client_host: str,
+        api_version: int,
+    ) -> Result[HeartbeatResponse]:
+        try:
+            self._validate(request, api_version)
+            if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+                return self._leave(request)
+            return self._heartbeat(request, now_ms, client_id, client_host)
+        except GroupError as e:
+            return Result([], HeartbeatResponse(error_code=e.code, error_message=e.message))
+
+    def _validate(self, request: HeartbeatRequest, api_version: int) -> None:
+        def invalid(message: str) -> GroupError:
+            return GroupError(ErrorCode.invalid_request, message)
+
+        if (
+            api_version >= CLIENT_GENERATED_MEMBER_ID_VERSION
+            or request.member_epoch > 0
+            or request.member_epoch == LEAVE_GROUP_MEMBER_EPOCH
+        ) and not request.member_id.strip():
+            raise invalid("MemberId can't be empty.")
+        for value, name in (
+            (request.group_id, "GroupId"),
+            (request.instance_id, "InstanceId"),
+            (request.rack_id, "RackId"),
+        ):
+            if value is not None and not value.strip():
+                raise invalid(f"{name} can't be empty.")
+        if request.member_epoch == 0:
+            if request.rebalance_timeout_ms == -1:
+                raise invalid("RebalanceTimeoutMs must be provided in first request.")
+            if request.owned_partitions is None or request.owned_partitions:
+                raise invalid("TopicPartitions must be empty when (re-)joining.")
+            if request.subscribed_topic_names is None and request.subscribed_topic_regex is None:
+                raise invalid(
+                    "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when "
+                    "(re-)joining."
+                )
+        elif request.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            if request.instance_id is None:
+                raise invalid("InstanceId can't be null.")
+        elif request.member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            raise invalid("MemberEpoch is invalid.")
+        assignors = self.config.consumer_assignors
+        if request.server_assignor is not None and request.server_assignor not in assignors:
+            raise GroupError(
+                ErrorCode.unsupported_assignor,
+                f"ServerAssignor {request.server_assignor} is not supported. Supported assignors: "
+                f"{', '.join(assignors)}.",
+            )
+
+    def _heartbeat(
+        self, request: HeartbeatRequest, now_ms: int, client_id: str, client_host: str
+    ) -> Result[HeartbeatResponse]:
+        records: list[Record] = []
+        joining = request.member_epoch == 0
+        group = self._group_for_heartbeat(request.group_id, joining, records)
+        if len(group.members) >= self.config.consumer_max_size and (
+            request.member_id not in group.members
+        ):
+            raise GroupError(
+                ErrorCode.group_max_size_reached,
+                "The consumer group has reached its maximum capacity of "
+                f"{self.config.consumer_max_size} members.",
+            )
+        member_id = request.member_id or new_member_id()
+        member, replaced = self._member_for_heartbeat(group, member_id, request, records)
+
+        # 1. The member and, if its subscription changed, the group epoch.
+        metadata = _updated_metadata(member.metadata, request, client_id, client_host)
+        updated = replace(member, metadata=metadata)
+        bump = group.group_epoch == 0  # a new group moves away from epoch 0 at once
+        if metadata != member.metadata:
+            records.append(_member_metadata_record(group.group_id, updated))
+            if metadata.subscribed_topic_regex:
+                compile_regex(metadata.subscribed_topic_regex)  # refuse an invalid one
+            bump |= (metadata.subscribed_topic_names, metadata.subscribed_topic_regex) != (
+                member.metadata.subscribed_topic_names,
+                member.metadata.subscribed_topic_regex,
+            )
+        members = {m.member_id: m for m in group.members.values() if m.member_id != replaced}
+        members[member_id] = updated
+        group_epoch, subscription = group.group_epoch, group.subscription_metadata
+        if bump:
+            subscription = self._subscription_metadata(group, members.values())
+            if subscription != group.subscription_metadata:
+                records.append(_subscription_record(group.group_id, subscription))
+            group_epoch += 1
+            records.append(_group_epoch_record(group.group_id, group_epoch))
+
+        # 2. A new target assignment when the group epoch moved past it.
+        targets_before = dict(group.target_assignment)
+        if replaced is not None:
+            targets_before[member_id] = targets_before.pop(replaced, {})
+        if group_epoch > group.assignment_epoch:
+            targets = self._target_assignment(group, members, targets_before, subscription)
+            records += _target_assignment_records(
+                group.group_id, group_epoch, targets, targets_before
+            )
+            target_epoch, target = group_epoch, targets.get(member_id, {})
+        else:
+            target_epoch, target = group.assignment_epoch, targets_before.get(member_id, {})
+
+        # 3. Move this member's assignment towards its target.
+        current = reconcile(
+            updated.current, target_epoch, target, group.partition_epoch, request.owned_partitions
+        )
+        if current != updated.current:
+            records.append(_current_assignment_record(group.group_id, member_id, current))
+            self._arm_rebalance_timeout(
+                group.group_id, member_id, current, metadata.rebalance_timeout_ms, now_ms
+            )
+        self._arm_session_timeout(group.group_id, member_id, now_ms)
+
+        # The assignment goes out when the member sent its full state (joining, or recovering
+        # from an error) or when it changed.
+        full = joining or (
+            request.rebalance_timeout_ms != -1
+            and (
+                request.subscribed_topic_names is not None
+                or request.subscribed_topic_regex is not None
+            )
+            and request.owned_partitions is not None
+        )
+        changed = current.assigned_partitions != member.current.assigned_partitions
+        return Result(
+            records,
+            HeartbeatResponse(
+                member_id=member_id,
+                member_epoch=current.member_epoch,
+                heartbeat_interval_ms=self.heartbeat_interval_ms(group.group_id),
+                assignment=current.assigned_partitions if full or changed else None,
+            ),
+        )
+
+    def _group_for_heartbeat(
+        self, group_id: str, create: bool, records: list[Record]
+    ) -> ConsumerGroup:
+        group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup):
+            return group
+        if group is None and create:
+            return ConsumerGroup(group_id, self.image)  # it comes to exist when replayed
+        if group is not None and create and group.is_empty():
+            # An empty classic group (committed offsets, no members) simply changes type.
+            records.append(Record(GroupMetadataKey(group_id), None))
+            return ConsumerGroup(group_id, self.image)
+        if group is None:
+            raise GroupError(ErrorCode.group_id_not_found, f"Consumer group {group_id} not found.")
+        raise GroupError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
+
+    def _member_for_heartbeat(
+        self, group: ConsumerGroup, member_id: str, request: HeartbeatRequest, records: list[Record]
+    ) -> tuple[ConsumerGroupMember, str | None]:
+        """The member this heartbeat is from, and the id of the static member it replaces."""
+        joining = request.member_epoch == 0
+        if request.instance_id is None:
+            member = group.members.get(member_id)
+            if member is None:
+                if not joining:
+                    raise _unknown_member(member_id, group.group_id)
+                return ConsumerGroupMember(member_id), None
+            _check_member_epoch(member, request)
+            return member, None
+
+        instance_id = request.instance_id
+        existing = group.static_member(instance_id)
+        if not joining:
+            existing = _check_static_member(existing, instance_id, member_id)
+            _check_member_epoch(existing, request)
+            return existing, None
+        if existing is None:
+            return group.members.get(member_id) or ConsumerGroupMember(member_id), None
+        if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            raise GroupError(
+                ErrorCode.unreleased_instance_id,
+                f"Static member {member_id} with instance id {instance_id} cannot join the group "
+                f"because the instance id is owned by {existing.member_id} member.",
+            )
+        # The instance comes back: the new member id takes over its subscription, target and
+        # partitions, so the group does not rebalance.
+        member = ConsumerGroupMember(
+            member_id,
+            existing.metadata,
+            replace(existing.current, member_epoch=0, previous_member_epoch=0),
+        )
+        records += _member_removal_records(group.group_id, existing.member_id)
+        records += [
+            _member_metadata_record(group.group_id, member),
+            _target_member_record(
+                group.group_id, member_id, group.target_assignment.get(existing.member_id, {})
+            ),
+            _current_assignment_record(group.group_id, member_id, member.current),
+        ]
+        return member, existing.member_id
+
+    def _leave(self, request: HeartbeatRequest) -> Result[HeartbeatResponse]:
+        group = self.consumer_group(request.group_id)
+        response = HeartbeatResponse(member_id=request.member_id, member_epoch=request.member_epoch)
+        if request.instance_id is None:
+            member = group.members.get(request.member_id)
+            if member is None:
+                raise _unknown_member(request.member_id, group.group_id)
+        else:
+            member = _check_static_member(
+                group.static_member(request.instance_id), request.instance_id, request.member_id
+            )
+            if request.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                # A static member leaving temporarily keeps its partitions for the session
+                # timeout: if it comes back in time, nothing moves.
+                current = replace(
+                    member.current,
+                    member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+                    partitions_pending_revocation={},
+                )
+                return Result(
+                    [_current_assignment_record(group.group_id, member.member_id, current)],
+                    replace(response, member_id=member.member_id),
+                )
+        return Result(self._fence_member(group, member), response)
+
+    # -- timers --------------------------------------------------------------------------------
+
+    def _arm_session_timeout(self, group_id: str, member_id: str, now_ms: int) -> None:
+        def expire(_now_ms: int) -> list[Record]:
+            return self._fence_if_member(group_id, member_id, None)
+
+        deadline = now_ms + self.session_timeout_ms(group_id)
+        self.timer.schedule(_session_key(group_id, member_id), deadline, expire)
+
+    def _arm_rebalance_timeout(
+        self,
+        group_id: str,
+        member_id: str,
+        current: CurrentAssignment,
+        rebalance_timeout_ms: int,
+        now_ms: int,
+    ) -> None:
+        """A member asked to revoke partitions must do so within its rebalance timeout, or it is
+        fenced so that the partitions can move on."""
+        key = _rebalance_key(group_id, member_id)
+        if current.state != MemberState.UNREVOKED_PARTITIONS:
+            self.timer.cancel(key)
+            return
+        epoch = current.member_epoch
+
+        def expire(_now_ms: int) -> list[Record]:
+            return self._fence_if_member(group_id, member_id, epoch)
+
+        self.timer.schedule(key, now_ms + rebalance_timeout_ms, expire)
+
+    def _fence_if_member(self, group_id: str, member_id: str, epoch: int | None) -> list[Record]:
+        """The timer's work: fence the member if it is still there (and, for a rebalance
+        timeout, still in the epoch it had to leave)."""
+        group = self.groups.get(group_id)
+        if not isinstance(group, ConsumerGroup):
+            return []
+        member = group.members.get(member_id)
+        if member is None or (epoch is not None and member.member_epoch != epoch):
+            return []
+        return self._fence_member(group, member)
+
+    def _fence_member(self, group: ConsumerGroup, member: ConsumerGroupMember) -> list[Record]:
+        """Remove a member; its partitions become free for the others at the next epoch."""
+        records = _member_removal_records(group.group_id, member.member_id)
+        others = [m for m in group.members.values() if m.member_id != member.member_id]
+        subscription = self._subscription_metadata(group, others)
+        if subscription != group.subscription_metadata:
+            records.append(_subscription_record(group.group_id, subscription))
+        records.append(_group_epoch_record(group.group_id, group.group_epoch + 1))
+        self.timer.cancel(_session_key(group.group_id, member.member_id))
+        self.timer.cancel(_rebalance_key(group.group_id, member.member_id))
+        return records
+
+    # -- target assignment ---------------------------------------------------------------------
+
+    def _subscription_metadata(
+        self, group: ConsumerGroup, members: Iterable[ConsumerGroupMember]
+    ) -> dict[str, SubscribedTopic]:
+        """The existing topics the members subscribe to, with their ids and partition counts:
+        what the assignor sees. A change to it (topic created, deleted, recreated, grown, or
+        newly matching a regex) bumps the group epoch."""
+        names = set().union(*(group.member_topics(m) for m in members))
+        subscription = {}
+        for name in sorted(names):
+            topic = self.image.topic(name)
+            if topic is not None:
+                subscription[name] = SubscribedTopic(
+                    topic_id=topic.topic_id, topic_name=name, num_partitions=topic.partitions
+                )
+        return subscription
+
+    def _target_assignment(
+        self,
+        group: ConsumerGroup,
+        members: Mapping[str, ConsumerGroupMember],
+        targets_before: Mapping[str, Assignment],
+        subscription: Mapping[str, SubscribedTopic],
+    ) -> dict[str, Assignment]:
+        assignor = ASSIGNORS[self.assignor_name(members.values())]
+        specs = {
+            member_id: MemberSpec(
+                subscribed_topic_ids=frozenset(
+                    subscription[t].topic_id for t in group.member_topics(m) if t in subscription
+                ),
+                current=targets_before.get(member_id, {}),
+            )
+            for member_id, m in members.items()
+        }
+        counts = {t.topic_id: t.num_partitions for t in subscription.values()}
+        return assignor(specs, counts)
+
+    def assignor_name(self, members: Iterable[ConsumerGroupMember]) -> str:
+        """The group's server assignor: the one most members asked for (ties broken by name),
+        else the broker's default, the first of group.consumer.assignors."""
+        counts = Counter(
+            m.metadata.server_assignor
+            for m in members
+            if m.metadata.server_assignor in self.config.consumer_assignors
+        )
+        if not counts:
+            return self.config.consumer_assignors[0]
+        return min(counts, key=lambda name: (-counts[name], name))
+
+    # -- metadata changes, describe ------------------------------------------------------------
+
+    def on_metadata_change(self, now_ms: int) -> list[Record]:
+        """Records for the groups whose subscribed topics changed (created, deleted, grown, or
+        matching a regex): their new subscription metadata and a group epoch bump, so the next
+        heartbeat computes a new target assignment."""
+        records: list[Record] = []
+        for group in sorted(self._consumer_groups(), key=lambda g: g.group_id):
+            subscription = self._subscription_metadata(group, group.members.values())
+            if subscription != group.subscription_metadata:
+                records += [
+                    _subscription_record(group.group_id, subscription),
+                    _group_epoch_record(group.group_id, group.group_epoch + 1),
+                ]
+        return records
+
+    def consumer_group(self, group_id: str) -> ConsumerGroup:
+        """The consumer group `group_id` (ConsumerGroupDescribe, leave); GroupError when there
+        is none or it is a classic group."""
+        group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup):
+            return group
+        if group is None:
+            raise GroupError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
+        raise GroupError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
+
+    def _consumer_groups(self) -> list[ConsumerGroup]:
+        return [g for g in self.groups.values() if isinstance(g, ConsumerGroup)]
+
+    # -- replay --------------------------------------------------------------------------------
+
+    def replay(self, key: object, value: object | None) -> None:
+        """Apply one consumer-group record. Tombstones for what no longer exists are no-ops
+        (compaction may have removed what they delete)."""
+        group_id = key.group_id  # type: ignore[attr-defined]
+        group = self.groups.get(group_id)
+        if not isinstance(group, ConsumerGroup):
+            if value is None:
+                return
+            group = self.groups[group_id] = ConsumerGroup(group_id, self.image)
+        member_id = getattr(key, "member_id", None)
+        match key:
+            case ConsumerGroupMetadataKey() if value is None:
+                group.dead = True
+                del self.groups[group_id]
+            case ConsumerGroupMetadataKey():
+                group.group_epoch = value.epoch
+            case ConsumerGroupPartitionMetadataKey():
+                topics = value.topics if value is not None else ()
+                group.subscription_metadata = {t.topic_name: t for t in topics}
+            case ConsumerGroupTargetAssignmentMetadataKey():
+                group.assignment_epoch = value.assignment_epoch if value is not None else -1
+            case ConsumerGroupTargetAssignmentMemberKey() if value is None:
+                group.target_assignment.pop(member_id, None)
+            case ConsumerGroupTargetAssignmentMemberKey():
+                group.target_assignment[member_id] = from_topic_partitions(value.topic_partitions)
+            case ConsumerGroupMemberMetadataKey() if value is None:
+                group.remove_member(member_id)
+            case ConsumerGroupMemberMetadataKey():
+                member = group.members.get(member_id) or ConsumerGroupMember(member_id)
+                group.put_member(replace(member, metadata=value))
+            case ConsumerGroupCurrentMemberAssignmentKey():
+                member = group.members.get(member_id)
+                if value is not None:
+                    member = member or ConsumerGroupMember(member_id)
+                    group.put_member(replace(member, current=CurrentAssignment.from_record(value)))
+                elif member is not None:
+                    # The member is on its way out: it owns nothing any more.
+                    left = CurrentAssignment(LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_MEMBER_EPOCH)
+                    group.put_member(replace(member, current=left))
+            case _:
+                raise ValueError(f"not a consumer group record: {key!r}")
+
+    def on_loaded(self, now_ms: int) -> None:
+        """After start-up replay: every member gets a fresh session (as Kafka does), and one
+        that was revoking a fresh rebalance timeout."""
+        for group in self._consumer_groups():
+            for member in group.members.values():
+                self._arm_session_timeout(group.group_id, member.member_id, now_ms)
+                self._arm_rebalance_timeout(
+                    group.group_id,
+                    member.member_id,
+                    member.current,
+                    member.metadata.rebalance_timeout_ms,
+                    now_ms,
+                )
+
+
+# -- checks ------------------------------------------------------------------------------------
+
+
+def _unknown_member(member_id: str, group_id: str) -> GroupError:
+    return GroupError(
+        ErrorCode.unknown_member_id, f"Member {member_id} is not a member of group {group_id}."
+    )
+
+
+def _check_static_member(
+    member: ConsumerGroupMember | None, instance_id: str, member_id: str
+) -> ConsumerGroupMember:
+    if member is None:
+        raise GroupError(ErrorCode.unknown_member_id, f"Instance id {instance_id} is unknown.")
+    if member.member_id != member_id:
+        raise GroupError(
+            ErrorCode.fenced_instance_id,
+            f"Static member {member_id} with instance id {instance_id} was fenced by member "
+            f"{member.member_id}.",
+        )
+    return member
+
+
+def _check_member_epoch(member: ConsumerGroupMember, request: HeartbeatRequest) -> None:
+    """Kafka's epoch check. A member may always rejoin with epoch 0 (KAFKA-19233); one that
+    comes with its previous epoch and owns only assigned partitions just missed a response."""
+    received, known = request.member_epoch, member.member_epoch
+    if received == 0 or received == known:
+        return
+    if received > known:
+        relation = "greater"
+    elif received == member.current.previous_member_epoch and _is_subset(
+        request.owned_partitions, member.current.assigned_partitions
+    ):
+        return
+    else:
+        relation = "smaller"
+    raise GroupError(
+        ErrorCode.fenced_member_epoch,
+        f"The consumer group member has a {relation} member epoch ({received}) than the one "
+        f"known by the group coordinator ({known}). The member must abandon all its "
+        "partitions and rejoin.",
+    )
+
+
+def _is_subset(owned: Assignment | None, assigned: Assignment) -> bool:
+    if owned is None:
+        return False
+    return all(ps <= assigned.get(t, frozenset()) for t, ps in owned.items())
+
+
+def _updated_metadata(
+    metadata: ConsumerGroupMemberMetadataValue,
+    request: HeartbeatRequest,
+    client_id: str,
+    client_host: str,
+) -> ConsumerGroupMemberMetadataValue:
+    """The member's metadata with what this heartbeat changed (None fields are unchanged)."""
+
+    def pick(new, old):
+        return old if new is None else new
+
+    names = request.subscribed_topic_names
+    return replace(
+        metadata,
+        instance_id=pick(request.instance_id, metadata.instance_id),
+        rack_id=pick(request.rack_id, metadata.rack_id),
+        client_id=client_id,
+        client_host=client_host,
+        # A subscription is a set: the order the client lists topics in changes nothing.
+        subscribed_topic_names=(
+            metadata.subscribed_topic_names if names is None else tuple(sorted(set(names)))
+        ),
+        subscribed_topic_regex=pick(
+            request.subscribed_topic_regex, metadata.subscribed_topic_regex
+        ),
+        rebalance_timeout_ms=(
+            metadata.rebalance_timeout_ms
+            if request.rebalance_timeout_ms == -1
+            else request.rebalance_timeout_ms
+        ),
+        server_assignor=pick(request.server_assignor, metadata.server_assignor),
+        classic_member_metadata=None,
+    )
+
+
+# -- records -----------------------------------------------------------------------------------
+
+
+def _member_metadata_record(group_id: str, member: ConsumerGroupMember) -> Record:
+    return Record(ConsumerGroupMemberMetadataKey(group_id, member.member_id), member.metadata)
+
+
+def _subscription_record(group_id: str, subscription: Mapping[str, SubscribedTopic]) -> Record:
+    topics = tuple(subscription[name] for name in sorted(subscription))
+    return Record(
+        ConsumerGroupPartitionMetadataKey(group_id), ConsumerGroupPartitionMetadataValue(topics)
+    )
+
+
+def _group_epoch_record(group_id: str, epoch: int) -> Record:
+    return Record(ConsumerGroupMetadataKey(group_id), ConsumerGroupMetadataValue(epoch))
+
+
+def _target_member_record(group_id: str, member_id: str, assignment: Assignment) -> Record:
+    return Record(
+        ConsumerGroupTargetAssignmentMemberKey(group_id, member_id),
+        ConsumerGroupTargetAssignmentMemberValue(to_topic_partitions(assignment)),
+    )
+
+
+def _target_assignment_records(
+    group_id: str,
+    epoch: int,
+    targets: Mapping[str, Assignment],
+    targets_before: Mapping[str, Assignment],
+) -> list[Record]:
+    """Only the members whose target changed, then the new assignment epoch."""
+    records = [
+        _target_member_record(group_id, member_id, assignment)
+        for member_id, assignment in sorted(targets.items())
+        if assignment != targets_before.get(member_id, {})
+    ]
+    records.append(
+        Record(
+            ConsumerGroupTargetAssignmentMetadataKey(group_id),
+            ConsumerGroupTargetAssignmentMetadataValue(epoch),
+        )
+    )
+    return records
+
+
+def _current_assignment_record(group_id: str, member_id: str, current: CurrentAssignment) -> Record:
+    value: ConsumerGroupCurrentMemberAssignmentValue = current.to_record()
+    return Record(ConsumerGroupCurrentMemberAssignmentKey(group_id, member_id), value)
+
+
+def _member_removal_records(group_id: str, member_id: str) -> list[Record]:
+    """Tombstones for a departing member, in the order its records are replayable."""
+    return [
+        Record(ConsumerGroupCurrentMemberAssignmentKey(group_id, member_id), None),
+        Record(ConsumerGroupTargetAssignmentMemberKey(group_id, member_id), None),
+        Record(ConsumerGroupMemberMetadataKey(group_id, member_id), None),
+    ]
+
+
+def _session_key(group_id: str, member_id: str) -> str:
+    return f"consumer-session-timeout-{group_id}-{member_id}"
+
+
+def _rebalance_key(group_id: str, member_id: str) -> str:
+    return f"consumer-rebalance-timeout-{group_id}-{member_id}"

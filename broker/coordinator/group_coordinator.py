@@ -1,0 +1,221 @@
+"""The group coordinator: classic and consumer-protocol groups and their committed offsets.
+
+It owns the shared state — the groups by id, the timer, the offsets — routes each replayed
+record to the part that owns it, and implements the operations that span group types: offset
+commit/fetch/delete, listing and deleting groups, offset expiry. The protocols themselves live
+in classic_group.py and consumer_group.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from broker.coordinator.classic_group import ClassicGroupManager
+from broker.coordinator.config import GroupCoordinatorConfig
+from broker.coordinator.consumer_group import ConsumerGroupManager
+from broker.coordinator.offsets import OffsetCommitRequest, OffsetManager, TopicPartition
+from broker.coordinator.placement import partition_for
+from broker.coordinator.records import GroupMetadataKey, OffsetCommitKey
+from broker.coordinator.runtime import Record, Result, Timer
+from broker.metadata.image import MetadataImage
+
+OFFSETS_EXPIRY_TIMER = "offsets-expiry"
+
+
+@dataclass(frozen=True, slots=True)
+class ListedGroup:
+    group_id: str
+    protocol_type: str
+    state: str
+    group_type: str
+
+
+class GroupCoordinator:
+    def __init__(
+        self,
+        config: GroupCoordinatorConfig,
+        image: MetadataImage,
+        group_configs: dict[str, dict[str, str]] | None = None,
+    ) -> None:
+        self.config = config
+        self.image = image
+        self.groups: dict[str, object] = {}
+        self.timer = Timer()
+        # Dynamic GROUP configs (consumer.session.timeout.ms, ...) by group id; the broker
+        # keeps them in its metadata store and updates this mapping in place.
+        self.group_configs: dict[str, dict[str, str]] = (
+            group_configs if group_configs is not None else {}
+        )
+        self.offsets = OffsetManager(config.offset_metadata_max_bytes, config.offsets_retention_ms)
+        self.classic = ClassicGroupManager(self.groups, self.timer, config)
+        self.consumer = ConsumerGroupManager(
+            self.groups, self.timer, config, image, self.group_configs
+        )
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.config.offsets_topic_partitions)
+
+    # -- replay --------------------------------------------------------------------------------
+
+    def replay(self, record: Record) -> None:
+        key = record.key
+        if isinstance(key, OffsetCommitKey):
+            self.offsets.replay(key, record.value)
+        elif isinstance(key, GroupMetadataKey):
+            self.classic.replay(key, record.value)
+        else:
+            self.consumer.replay(key, record.value)
+
+    def on_loaded(self, now_ms: int) -> None:
+        """After start-up replay: re-arm the members' session timers and offset expiry."""
+        self.classic.on_loaded(now_ms)
+        self.consumer.on_loaded(now_ms)
+        self.timer.schedule(
+            OFFSETS_EXPIRY_TIMER,
+            now_ms + self.config.offsets_retention_check_interval_ms,
+            self._expire_offsets,
+        )
+
+    # -- offsets -------------------------------------------------------------------------------
+
+    def commit_offsets(
+        self,
+        group_id: str,
+        member_id: str,
+        generation_or_epoch: int,
+        group_instance_id: str | None,
+        partitions: list[OffsetCommitRequest],
+        now_ms: int,
+        api_version: int,
+        expire_timestamp: int = -1,
+    ) -> Result[dict[TopicPartition, ErrorCode]]:
+        group = self.groups.get(group_id)
+        if group is None:
+            # A negative generation comes from the admin client or a consumer without group
+            # management: its offsets are accepted and form a "simple" group.
+            if generation_or_epoch >= 0:
+                error = (
+                    ErrorCode.group_id_not_found
+                    if api_version >= 9
+                    else ErrorCode.illegal_generation
+                )
+                return Result([], {(p.topic, p.partition): error for p in partitions})
+        else:
+            error = group.validate_offset_commit(member_id, generation_or_epoch, group_instance_id)
+            if error != ErrorCode.none:
+                return Result([], {(p.topic, p.partition): error for p in partitions})
+        records, errors = self.offsets.commit_records(
+            group_id, partitions, now_ms, expire_timestamp
+        )
+        return Result(records, errors)
+
+    def fetch_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition] | None,
+        member_id: str | None = None,
+        member_epoch: int = -1,
+    ):
+        """(error, offsets by partition); consumer groups validate the member epoch (v9+)."""
+        group = self.groups.get(group_id)
+        if group is not None and member_epoch >= 0:
+            error = group.validate_offset_fetch(member_id, member_epoch)
+            if error != ErrorCode.none:
+                return error, {}
+        return ErrorCode.none, self.offsets.fetch(group_id, partitions)
+
+    def delete_offsets(
+        self, group_id: str, partitions: list[TopicPartition]
+    ) -> Result[tuple[ErrorCode, dict[TopicPartition, ErrorCode]]]:
+        group = self.groups.get(group_id)
+        if group is None and not self.offsets.has_offsets(group_id):
+            return Result([], (ErrorCode.group_id_not_found, {}))
+        subscribed: set[str] = set()
+        if group is not None and not group.is_empty():
+            if group.protocol_type != "consumer":
+                return Result([], (ErrorCode.non_empty_group, {}))
+            subscribed = group.subscribed_topics() or set()
+        errors = {
+            tp: (ErrorCode.group_subscribed_to_topic if tp[0] in subscribed else ErrorCode.none)
+            for tp in partitions
+        }
+        deletable = [tp for tp, e in errors.items() if e == ErrorCode.none]
+        return Result(self.offsets.delete_records(group_id, deletable), (ErrorCode.none, errors))
+
+    def _expire_offsets(self, now_ms: int) -> list[Record]:
+        records: list[Record] = []
+        for group_id in self.offsets.groups():
+            group = self.groups.get(group_id)
+            if group is not None and not group.is_empty():
+                continue  # offsets of a live group are kept
+            expired = self.offsets.expired_records(group_id, now_ms)
+            records += expired
+            if (
+                group is not None
+                and expired
+                and len(expired) == len(self.offsets.fetch(group_id, None))
+            ):
+                records += group.tombstones()  # an empty group whose last offsets expired
+        self.timer.schedule(
+            OFFSETS_EXPIRY_TIMER,
+            now_ms + self.config.offsets_retention_check_interval_ms,
+            self._expire_offsets,
+        )
+        return records
+
+    # -- groups --------------------------------------------------------------------------------
+
+    def list_groups(
+        self, states: set[str] | None = None, types: set[str] | None = None
+    ) -> list[ListedGroup]:
+        listed = [
+            ListedGroup(g.group_id, g.protocol_type or "", g.state_name, g.group_type)
+            for g in self.groups.values()
+        ]
+        known = set(self.groups)
+        # Offsets committed without group management make a "simple" classic group.
+        listed += [
+            ListedGroup(g, "", "Empty", "classic") for g in self.offsets.groups() if g not in known
+        ]
+        return [
+            g
+            for g in listed
+            if (not states or g.state.lower() in states)
+            and (not types or g.group_type.lower() in types)
+        ]
+
+    def delete_groups(self, group_ids: list[str]) -> Result[dict[str, ErrorCode]]:
+        records: list[Record] = []
+        errors: dict[str, ErrorCode] = {}
+        for group_id in group_ids:
+            group = self.groups.get(group_id)
+            if group is None and not self.offsets.has_offsets(group_id):
+                errors[group_id] = ErrorCode.group_id_not_found
+            elif group is not None and not group.is_empty():
+                errors[group_id] = ErrorCode.non_empty_group
+            else:
+                errors[group_id] = ErrorCode.none
+                records += self.offsets.delete_records(group_id)
+                if group is not None:
+                    records += group.tombstones()
+        return Result(records, errors)
+
+    def snapshot_records(self, partition: int) -> list[Record]:
+        """Every live record of the groups placed on `partition`: replayed into an empty
+        coordinator they rebuild the same state (the runtime's compaction)."""
+        records: list[Record] = []
+        for group_id in {*self.groups, *self.offsets.groups()}:
+            if self.partition_for(group_id) != partition:
+                continue
+            group = self.groups.get(group_id)
+            if group is not None:
+                records += group.snapshot_records()
+            records += self.offsets.snapshot_records(group_id)
+        return records
+
+    def describe_state(self, group_id: str):
+        """The group object, or None when only offsets (or nothing) exist under this id."""
+        return self.groups.get(group_id)

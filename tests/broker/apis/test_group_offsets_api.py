@@ -1,0 +1,199 @@
+"""Offsets and group administration at the protocol level: commits survive restarts (replayed
+from __consumer_offsets), ListGroups/DeleteGroups/OffsetDelete, GROUP configs."""
+
+from __future__ import annotations
+
+from conftest import running_broker
+from kafka_requests import req
+from kio.schema.errors import ErrorCode
+
+from broker.client.connection import BrokerConnection
+
+
+async def commit(conn: BrokerConnection, group: str, offsets: dict, generation=-1, v=9):
+    topics = {}
+    for (topic, partition), offset in offsets.items():
+        topics.setdefault(topic, []).append(
+            req(
+                8,
+                v,
+                "OffsetCommitRequestPartition",
+                partition_index=partition,
+                committed_offset=offset,
+                committed_leader_epoch=-1,
+                committed_metadata=f"m{offset}",
+            )
+        )
+    response = await conn.send(
+        req(
+            8,
+            v,
+            "OffsetCommitRequest",
+            group_id=group,
+            generation_id_or_member_epoch=generation,
+            member_id="",
+            group_instance_id=None,
+            topics=tuple(
+                req(8, v, "OffsetCommitRequestTopic", name=t, partitions=tuple(ps))
+                for t, ps in topics.items()
+            ),
+        )
+    )
+    return {
+        (t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions
+    }
+
+
+async def fetch(conn: BrokerConnection, group: str, topics=None) -> dict:
+    wanted = (
+        None
+        if topics is None
+        else tuple(
+            req(9, 9, "OffsetFetchRequestTopics", name=t, partition_indexes=tuple(ps))
+            for t, ps in topics.items()
+        )
+    )
+    response = await conn.send(
+        req(
+            9,
+            9,
+            "OffsetFetchRequest",
+            require_stable=False,
+            groups=(
+                req(
+                    9,
+                    9,
+                    "OffsetFetchRequestGroup",
+                    group_id=group,
+                    member_id=None,
+                    member_epoch=-1,
+                    topics=wanted,
+                ),
+            ),
+        )
+    )
+    [g] = response.groups
+    assert g.error_code == ErrorCode.none
+    return {
+        (t.name, p.partition_index): (p.committed_offset, p.metadata)
+        for t in g.topics
+        for p in t.partitions
+    }
+
+
+async def list_groups(conn: BrokerConnection) -> dict:
+    response = await conn.send(req(16, 5, "ListGroupsRequest", states_filter=(), types_filter=()))
+    return {g.group_id: (g.group_state, g.group_type) for g in response.groups}
+
+
+async def test_committed_offsets_survive_a_restart(tmp_path):
+    async with running_broker(tmp_path) as (_, conn):
+        assert await commit(conn, "g1", {("t", 0): 5, ("t", 1): 9}) == {
+            ("t", 0): ErrorCode.none,
+            ("t", 1): ErrorCode.none,
+        }
+        await commit(conn, "g1", {("t", 0): 7})
+        await commit(conn, "g2", {("u", 3): 1})
+
+    async with running_broker(tmp_path) as (_, conn):
+        assert await fetch(conn, "g1") == {("t", 0): (7, "m7"), ("t", 1): (9, "m9")}
+        assert await fetch(conn, "g1", {"t": [1, 2]}) == {("t", 1): (9, "m9"), ("t", 2): (-1, "")}
+        assert await list_groups(conn) == {"g1": ("Empty", "classic"), "g2": ("Empty", "classic")}
+
+
+async def test_commit_with_a_generation_to_an_unknown_group_is_refused(broker, broker_client):
+    errors = await commit(broker_client, "nobody", {("t", 0): 1}, generation=3)
+    assert errors == {("t", 0): ErrorCode.group_id_not_found}
+    errors = await commit(broker_client, "nobody", {("t", 0): 1}, generation=3, v=8)
+    assert errors == {("t", 0): ErrorCode.illegal_generation}  # before v9, as Kafka
+
+
+async def test_delete_groups_and_offset_delete(broker, broker_client):
+    await commit(broker_client, "g", {("t", 0): 1, ("t", 1): 2})
+    response = await broker_client.send(
+        req(
+            47,
+            0,
+            "OffsetDeleteRequest",
+            group_id="g",
+            topics=(
+                req(
+                    47,
+                    0,
+                    "OffsetDeleteRequestTopic",
+                    name="t",
+                    partitions=(req(47, 0, "OffsetDeleteRequestPartition", partition_index=0),),
+                ),
+            ),
+        )
+    )
+    assert response.error_code == ErrorCode.none
+    assert await fetch(broker_client, "g") == {("t", 1): (2, "m2")}
+    response = await broker_client.send(
+        req(42, 2, "DeleteGroupsRequest", groups_names=("g", "missing"))
+    )
+    assert {r.group_id: r.error_code for r in response.results} == {
+        "g": ErrorCode.none,
+        "missing": ErrorCode.group_id_not_found,
+    }
+    assert await fetch(broker_client, "g") == {}
+    assert "g" not in await list_groups(broker_client)
+
+
+async def test_group_configs_are_validated_stored_and_described(broker, broker_client):
+    def alter(name, value):
+        cfg = req(44, 1, "AlterableConfig", name=name, config_operation=0, value=value)
+        res = req(
+            44, 1, "AlterConfigsResource", resource_type=32, resource_name="g", configs=(cfg,)
+        )
+        return req(44, 1, "IncrementalAlterConfigsRequest", resources=(res,), validate_only=False)
+
+    ok = await broker_client.send(alter("consumer.session.timeout.ms", "50000"))
+    assert ok.responses[0].error_code == ErrorCode.none
+    too_low = await broker_client.send(alter("consumer.session.timeout.ms", "1000"))
+    assert too_low.responses[0].error_code == ErrorCode.invalid_config
+    assert "group.consumer.min.session.timeout.ms" in too_low.responses[0].error_message
+    described = await broker_client.send(
+        req(
+            32,
+            4,
+            "DescribeConfigsRequest",
+            include_synonyms=False,
+            include_documentation=False,
+            resources=(
+                req(
+                    32,
+                    4,
+                    "DescribeConfigsResource",
+                    resource_type=32,
+                    resource_name="g",
+                    configuration_keys=None,
+                ),
+            ),
+        )
+    )
+    values = {c.name: (c.value, c.config_source) for c in described.results[0].configs}
+    assert values == {
+        "consumer.session.timeout.ms": ("50000", 8),
+        "consumer.heartbeat.interval.ms": ("5000", 5),
+    }
+    assert broker.group_configs == {"g": {"consumer.session.timeout.ms": "50000"}}
+
+
+async def test_consumer_offsets_partitions_compact_and_replay_the_same_state(tmp_path, monkeypatch):
+    from broker.server import coordinator_runtime
+
+    # A small threshold stands in for megabytes of commits.
+    monkeypatch.setattr(coordinator_runtime, "COMPACTION_MIN_BYTES", 4096)
+    async with running_broker(tmp_path) as (first, conn):
+        for i in range(200):
+            await commit(conn, "busy", {("t", 0): i, ("t", 1): 1000 + i})
+        await commit(conn, "quiet", {("u", 0): 42})
+        partition = first.group_coordinator.partition_for("busy")
+        log_ = first.replica_manager.log("__consumer_offsets", partition)
+        assert log_.log_start_offset > 0  # superseded commits are gone
+        assert log_.size_in_bytes < 8 * 4096
+
+    async with running_broker(tmp_path) as (_, conn):
+        assert await fetch(conn, "busy") == {("t", 0): (199, "m199"), ("t", 1): (1199, "m1199")}
+        assert await fetch(conn, "quiet") == {("u", 0): (42, "m42")}
