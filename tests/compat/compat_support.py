@@ -126,3 +126,17 @@ def _short(r: Rec) -> str:
         f"Rec(p={r.partition}, key={cut(r.key)!r}, value={cut(r.value)!r}, "
         f"headers={r.headers!r}, ts={r.timestamp})"
     )
+
+
+def assert_acked_in_order(records: list[Rec], acked: dict[int, list[int]]) -> None:
+    """Each partition's records were acknowledged at offsets 0, 1, 2, ... in produce order."""
+    for p, recs in by_partition(records).items():
+        assert acked[p] == list(range(len(recs))), f"acked offsets of partition {p}"
+
+
+def numbered_records(n: int = 30) -> list[Rec]:
+    """n single-partition records keyed k<i> with values v<i>, timestamps increasing."""
+    return [
+        Rec(0, b"k%d" % i, b"v%d" % i, (), r.timestamp)
+        for i, r in enumerate(make_records(n, partitions=1))
+    ]

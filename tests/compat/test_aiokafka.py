@@ -13,6 +13,7 @@ from compat_support import (
     CODECS,
     PARTITIONS,
     Rec,
+    assert_acked_in_order,
     assert_same_records,
     by_partition,
     make_records,
@@ -113,9 +114,7 @@ async def test_produce_consume_every_codec(broker_process, codec):
     topic = topic_name(f"aio-{codec}")
     await create_topic(bootstrap, topic)
     records = make_records()
-    acked = await produce(bootstrap, topic, records, codec)
-    for p, recs in by_partition(records).items():
-        assert acked[p] == list(range(len(recs))), f"acked offsets of partition {p}"
+    assert_acked_in_order(records, await produce(bootstrap, topic, records, codec))
     assert_same_records(records, await consume_all(bootstrap, topic, PARTITIONS, len(records)))
 
 

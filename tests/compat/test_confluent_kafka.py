@@ -11,9 +11,11 @@ from compat_support import (
     CODECS,
     PARTITIONS,
     Rec,
+    assert_acked_in_order,
     assert_same_records,
     by_partition,
     make_records,
+    numbered_records,
     time_queries,
     topic_name,
 )
@@ -134,9 +136,7 @@ def test_produce_consume_every_codec(broker_process, codec):
     topic = topic_name(f"ck-{codec}")
     create_topic(bootstrap, topic)
     records = make_records()
-    acked = produce(bootstrap, topic, records, codec)
-    for p, recs in by_partition(records).items():
-        assert acked[p] == list(range(len(recs))), f"acked offsets of partition {p}"
+    assert_acked_in_order(records, produce(bootstrap, topic, records, codec))
     assert_same_records(records, consume_all(bootstrap, topic, PARTITIONS, len(records)))
 
 
@@ -181,10 +181,7 @@ def test_seek_into_the_middle_of_a_compressed_batch(broker_process):
     bootstrap = broker_process.bootstrap
     topic = topic_name("ck-mid")
     create_topic(bootstrap, topic, partitions=1)
-    records = [
-        Rec(0, b"k%d" % i, b"v%d" % i, (), r.timestamp)
-        for i, r in enumerate(make_records(30, partitions=1))
-    ]
+    records = numbered_records()
     produce(bootstrap, topic, records, "zstd")
     c = consumer(bootstrap)
     try:
