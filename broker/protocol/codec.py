@@ -83,14 +83,42 @@ def decode_request(frame: bytes, api_key: int, api_version: int) -> RequestFrame
     )
 
 
-def encode_response(correlation_id: int, response: Any) -> bytes:
-    """Header and body of a response, without the size prefix. kio's schemas carry their header
-    version (ApiVersions always uses v0, so a client that sent an unsupported version can read it)."""
-    buf = io.BytesIO()
+class _Chunks:
+    """A kio output that keeps large values — record sets read from the log — as chunks of their
+    own, so a fetch response reaches the socket (writev) without being copied into one buffer.
+    Small writes are coalesced."""
+
+    LARGE = 16 * 1024
+
+    def __init__(self) -> None:
+        self.parts: list[bytes | memoryview] = []
+        self._small = bytearray()
+
+    def write(self, data: bytes | memoryview) -> int:
+        if len(data) >= self.LARGE:
+            if self._small:
+                self.parts.append(bytes(self._small))
+                self._small.clear()
+            self.parts.append(data)
+        else:
+            self._small += data
+        return len(data)
+
+    def finish(self) -> list[bytes | memoryview]:
+        if self._small:
+            self.parts.append(bytes(self._small))
+        return self.parts
+
+
+def encode_response(correlation_id: int, response: Any) -> list[bytes | memoryview]:
+    """Header and body of a response as buffers to write in order, without the size prefix.
+    kio's schemas carry their header version (ApiVersions always uses v0, so a client that sent
+    an unsupported version can read it)."""
+    out = _Chunks()
     header_schema = type(response).__header_schema__
-    _writer(header_schema)(buf, header_schema(correlation_id=correlation_id))
-    _writer(type(response))(buf, response)
-    return buf.getvalue()
+    _writer(header_schema)(out, header_schema(correlation_id=correlation_id))
+    _writer(type(response))(out, response)
+    return out.finish()
 
 
 def encode_request(request: Any, correlation_id: int, client_id: str | None = "fjord") -> bytes:

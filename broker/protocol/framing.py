@@ -98,6 +98,6 @@ class FrameDecoder:
         return frames
 
 
-def frame(payload_parts: list[bytes]) -> list[bytes]:
+def frame(payload_parts: list[bytes | memoryview]) -> list[bytes | memoryview]:
     """Prefix the parts of one message with its total size."""
     return [_SIZE.pack(sum(len(p) for p in payload_parts)), *payload_parts]

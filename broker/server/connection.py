@@ -31,7 +31,7 @@ class _Slot:
     __slots__ = ("payload", "done", "close")
 
     def __init__(self) -> None:
-        self.payload: bytes | None = None
+        self.payload: list[bytes | memoryview] | None = None  # response buffers
         self.done = False
         self.close = False
 
@@ -167,7 +167,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if slot.close:
                 self.close()
             elif slot.payload is not None:
-                self.transport.writelines(frame([slot.payload]))
+                self.transport.writelines(frame(slot.payload))
             return
         slot = _Slot()
         self._fill(slot, ctx, response, started)
@@ -184,7 +184,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             slot.close = True
         elif response is not None:
             slot.payload = codec.encode_response(ctx.correlation_id, response)
-            metrics.response_bytes.labels(name).inc(len(slot.payload) + 4)
+            metrics.response_bytes.labels(name).inc(sum(map(len, slot.payload)) + 4)
 
     def _flush(self) -> None:
         queue = self._queue
@@ -196,7 +196,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.close()
                 return
             if slot.payload is not None:
-                self.transport.writelines(frame([slot.payload]))
+                self.transport.writelines(frame(slot.payload))
         self._update_reading()
 
     def _update_reading(self) -> None:
