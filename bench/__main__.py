@@ -1,7 +1,8 @@
-"""python -m bench [--only fjord|tansu] [--quick]
+"""python -m bench [--only fjord|tansu] [--quick] [--groups | --no-groups]
 
 Starts each broker in turn on this machine, drives both with the same rdkafka_performance
-workload, prints the Fjord/Tansu table and writes it to bench/results/.
+workload, prints the Fjord/Tansu table and writes it to bench/results/; then measures
+consumer groups (Fjord only: classic and consumer protocol) and writes latest-groups.md.
 Exit code 1 when a broker that ran failed, 2 when --only names one that cannot run here.
 """
 
@@ -17,16 +18,29 @@ from pathlib import Path
 
 import confluent_kafka
 
-from bench import brokers, build, loadgen, report, workload
+from bench import brokers, build, groups, loadgen, report, workload
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[1])
     parser.add_argument("--only", choices=sorted(brokers.KINDS), help="run one broker (self-test)")
     parser.add_argument("--quick", action="store_true", help="small counts, one run each")
+    part = parser.add_mutually_exclusive_group()
+    part.add_argument("--groups", action="store_true", help="only the consumer-group part")
+    part.add_argument("--no-groups", action="store_true", help="skip the consumer-group part")
     args = parser.parse_args()
     # A terminated run unwinds like Ctrl-C, so the broker it started is stopped too.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    code = 0 if args.groups else _throughput(args)
+    if args.no_groups or code == 2:
+        return code
+    if args.only == brokers.TANSU.name:
+        print(f"\n== consumer groups: not run, {groups.REFERENCE_NOTE}")
+        return code
+    return max(code, _groups(args))
+
+
+def _throughput(args: argparse.Namespace) -> int:
     plan = workload.QUICK if args.quick else workload.FULL
 
     try:
@@ -53,20 +67,14 @@ def main() -> int:
         print(f"== {kind.name} ({kind.storage})", flush=True)
         results[kind.name].update(_run(kind, binary, plan))
 
-    result = {
-        "label": ("quick" if args.quick else "full") + (f", {args.only} only" if args.only else ""),
-        "timestamp": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": _machine(),
-        "versions": {
-            "librdkafka": confluent_kafka.libversion()[0],
-            "tansu": brokers.tansu_version(),
-            "fjord_commit": _commit(),
-        },
-        "workload": dataclasses.asdict(plan),
-        "producer_config": loadgen.PRODUCER_CONFIG,
-        "latency_producer_config": loadgen.LATENCY_CONFIG,
-        "brokers": results,
-    }
+    result = _header(args)
+    result["versions"]["tansu"] = brokers.tansu_version()
+    result.update(
+        workload=dataclasses.asdict(plan),
+        producer_config=loadgen.PRODUCER_CONFIG,
+        latency_producer_config=loadgen.LATENCY_CONFIG,
+        brokers=results,
+    )
     result["comparison"] = report.compare(results)
     print()
     print(report.markdown(result))
@@ -75,6 +83,34 @@ def main() -> int:
         print(f"wrote {path.relative_to(brokers.REPO_DIR)}")
     failed = any(entry["status"].startswith("failed") for entry in results.values())
     return 1 if failed else 0
+
+
+def _groups(args: argparse.Namespace) -> int:
+    reason = brokers.FJORD.unavailable()
+    if reason:
+        print(f"== consumer groups: skipped, {reason}", flush=True)
+        return 2 if args.only or args.groups else 0
+    print(f"\n== consumer groups, fjord ({groups.REFERENCE_NOTE})", flush=True)
+    section, ok = groups.run(groups.QUICK if args.quick else groups.FULL)
+    result = {**_header(args), "groups": section}
+    print()
+    print(groups.markdown(result))
+    stem = "-groups" + ("-quick" if args.quick else "")
+    for path in report.write(result, stem, groups.markdown):
+        print(f"wrote {path.relative_to(brokers.REPO_DIR)}")
+    return 0 if ok else 1
+
+
+def _header(args: argparse.Namespace) -> dict:
+    return {
+        "label": ("quick" if args.quick else "full") + (f", {args.only} only" if args.only else ""),
+        "timestamp": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": _machine(),
+        "versions": {
+            "librdkafka": confluent_kafka.libversion()[0],
+            "fjord_commit": _commit(),
+        },
+    }
 
 
 def _run(kind: brokers.BrokerKind, binary: Path, plan: workload.Workload) -> dict:

@@ -53,8 +53,9 @@ class Broker:
 class BrokerKind:
     name: str
     storage: str
-    # (port, scratch dir) -> argv; the scratch dir is deleted when the broker stops.
-    command: Callable[[int, Path], list[str]]
+    # (port, scratch dir, config overrides) -> argv; the scratch dir is deleted when the
+    # broker stops.
+    command: Callable[[int, Path, dict[str, str]], list[str]]
     # Fjord prints "started" once it serves; Tansu is ready once its port accepts.
     ready_line: str | None
     # None when this broker can run here, else the reason it cannot.
@@ -84,7 +85,9 @@ def tansu_version() -> str:
     return result.stdout.split()[-1]  # "tansu 0.6.0"
 
 
-def _tansu_command(port: int, scratch: Path) -> list[str]:
+def _tansu_command(port: int, scratch: Path, overrides: dict[str, str]) -> list[str]:
+    if overrides:
+        raise ValueError(f"tansu takes no Kafka property overrides: {overrides}")
     url = f"tcp://127.0.0.1:{port}"
     return [
         str(tansu_binary()),
@@ -98,9 +101,9 @@ def _tansu_command(port: int, scratch: Path) -> list[str]:
     ]
 
 
-def _fjord_command(port: int, scratch: Path) -> list[str]:
+def _fjord_command(port: int, scratch: Path, overrides: dict[str, str]) -> list[str]:
     listener = f"PLAINTEXT://127.0.0.1:{port}"
-    overrides = {
+    defaults = {
         "listeners": listener,
         "advertised.listeners": listener,
         "log.dirs": str(scratch / "kafka-logs"),
@@ -109,7 +112,7 @@ def _fjord_command(port: int, scratch: Path) -> list[str]:
         "metrics.listener": f"http://127.0.0.1:{free_port()}/metrics",
     }
     argv = [sys.executable, "-m", "broker"]
-    for key, value in overrides.items():
+    for key, value in (defaults | overrides).items():
         argv += ["--override", f"{key}={value}"]
     return argv
 
@@ -132,13 +135,14 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running(kind: BrokerKind) -> Iterator[Broker]:
+def running(kind: BrokerKind, overrides: dict[str, str] | None = None) -> Iterator[Broker]:
+    """`kind` started with its bench configuration plus `overrides` (Kafka property names)."""
     with tempfile.TemporaryDirectory(prefix=f"bench-{kind.name}-") as scratch:
         port = free_port()
         log_path = Path(scratch) / "broker.log"
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
-                kind.command(port, Path(scratch)),
+                kind.command(port, Path(scratch), overrides or {}),
                 cwd=REPO_DIR,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -186,7 +190,7 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 def create_topics(broker: Broker, partitions: int, names: list[str]) -> None:
-    client_log = _ClientLog()
+    client_log = ClientLog()
     admin = AdminClient({"bootstrap.servers": broker.bootstrap, "logger": client_log.logger})
     try:
         futures = admin.create_topics(
@@ -208,13 +212,13 @@ def create_topics(broker: Broker, partitions: int, names: list[str]) -> None:
             )
 
 
-class _ClientLog(logging.Handler):
-    """Keeps the admin client's log for the error message instead of spilling it on stderr."""
+class ClientLog(logging.Handler):
+    """Keeps a client's log for the error message instead of spilling it on stderr."""
 
     def __init__(self) -> None:
         super().__init__()
         self.lines: collections.deque[str] = collections.deque(maxlen=5)
-        self.logger = logging.getLogger(f"bench.admin.{id(self)}")
+        self.logger = logging.getLogger(f"bench.client.{id(self)}")
         self.logger.propagate = False
         self.logger.addHandler(self)
 

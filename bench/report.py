@@ -1,6 +1,7 @@
 """Fjord/Tansu ratios, the issue's targets, and the results written to bench/results/."""
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.workload import METRICS, Metric
@@ -77,12 +78,13 @@ def targets_line(comparison: dict[str, dict]) -> str:
     return f"Targets ({TARGETS}): " + "; ".join(parts) + "."
 
 
-def write(result: dict, stem: str) -> tuple[Path, Path]:
+def write(result: dict, stem: str, render: Callable[[dict], str] = markdown) -> tuple[Path, Path]:
+    """The result as <timestamp><stem>.json and, rendered, as latest<stem>.md."""
     RESULTS_DIR.mkdir(exist_ok=True)
     json_path = RESULTS_DIR / f"{result['timestamp'].replace(':', '')}{stem}.json"
     json_path.write_text(json.dumps(result, indent=2) + "\n")
     markdown_path = RESULTS_DIR / f"latest{stem}.md"
-    markdown_path.write_text(markdown(result))
+    markdown_path.write_text(render(result))
     return json_path, markdown_path
 
 
