@@ -51,9 +51,9 @@ async def handle_join_group(broker, ctx: RequestContext, request) -> object:
         protocols=tuple(Protocol(p.name, p.metadata) for p in request.protocols),
         api_version=ctx.api_version,
     )
-    classic = broker.group_coordinator.classic
+    coordinator = broker.group_coordinator
     response: JoinResponse = await broker.coordinator_runtime.run(
-        request.group_id, lambda now_ms: classic.join_group(join, now_ms)
+        request.group_id, lambda now_ms: coordinator.join_group(join, now_ms)
     )
     protocol_name = response.protocol_name
     if ctx.api_version < 7 and protocol_name is None:
@@ -90,9 +90,9 @@ async def handle_sync_group(broker, ctx: RequestContext, request) -> object:
         protocol_name=getattr(request, "protocol_name", None),
         assignments={a.member_id: a.assignment for a in request.assignments},
     )
-    classic = broker.group_coordinator.classic
+    coordinator = broker.group_coordinator
     response: SyncResponse = await broker.coordinator_runtime.run(
-        request.group_id, lambda now_ms: classic.sync_group(sync, now_ms)
+        request.group_id, lambda now_ms: coordinator.sync_group(sync, now_ms)
     )
     return ctx.response(
         "SyncGroupResponse",
@@ -105,10 +105,10 @@ async def handle_sync_group(broker, ctx: RequestContext, request) -> object:
 
 
 async def handle_heartbeat(broker, ctx: RequestContext, request) -> object:
-    classic = broker.group_coordinator.classic
+    coordinator = broker.group_coordinator
     error = await broker.coordinator_runtime.run(
         request.group_id,
-        lambda now_ms: classic.heartbeat(
+        lambda now_ms: coordinator.heartbeat(
             request.group_id,
             request.member_id,
             getattr(request, "group_instance_id", None),
@@ -126,9 +126,10 @@ async def handle_leave_group(broker, ctx: RequestContext, request) -> object:
         if batched
         else [MemberIdentity(request.member_id, None)]
     )
-    classic = broker.group_coordinator.classic
+    coordinator = broker.group_coordinator
     response = await broker.coordinator_runtime.run(
-        request.group_id, lambda now_ms: classic.leave_group(request.group_id, members, now_ms)
+        request.group_id,
+        lambda now_ms: coordinator.leave_group(request.group_id, members, now_ms),
     )
     if not batched:
         # Before v3 the one member's error is the response's.

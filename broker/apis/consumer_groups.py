@@ -17,7 +17,8 @@ from broker.coordinator.assignors import Assignment
 from broker.coordinator.consumer_group import ConsumerGroup, GroupError, HeartbeatRequest
 from broker.security.operations import ResourceType
 
-CONSUMER_MEMBER_TYPE = 1  # ConsumerGroupDescribe v1: 0 classic, 1 consumer protocol
+# ConsumerGroupDescribe v1's member type: how the member talks to the group (online migration).
+CLASSIC_MEMBER_TYPE, CONSUMER_MEMBER_TYPE = 0, 1
 
 
 def _ms(value: timedelta) -> int:
@@ -156,7 +157,7 @@ def _describe(broker, ctx: RequestContext, group: ConsumerGroup, include_operati
             subscribed_topic_regex=m.metadata.subscribed_topic_regex,
             assignment=assignment(m.current.assigned_partitions),
             target_assignment=assignment(group.target_assignment.get(m.member_id, {})),
-            member_type=CONSUMER_MEMBER_TYPE,
+            member_type=(CLASSIC_MEMBER_TYPE if m.uses_classic_protocol else CONSUMER_MEMBER_TYPE),
         )
         for m in sorted(group.members.values(), key=lambda m: m.member_id)
     )

@@ -597,14 +597,9 @@ class ClassicGroupManager:
     def join_group(self, request: JoinRequest, now_ms: int) -> Result[Deferred[JoinResponse]]:
         response: Deferred[JoinResponse] = Deferred()
         records: list[Record] = []
-        if not request.group_id:
-            response.resolve(JoinResponse(ErrorCode.invalid_group_id, request.member_id))
-        elif not (
-            self._config.min_session_timeout_ms
-            <= request.session_timeout_ms
-            <= self._config.max_session_timeout_ms
-        ):
-            response.resolve(JoinResponse(ErrorCode.invalid_session_timeout, request.member_id))
+        error = join_request_error(request, self._config)
+        if error is not ErrorCode.none:
+            response.resolve(JoinResponse(error, request.member_id))
         else:
             records = self._join(request, response, now_ms)
         return Result(records, response)
@@ -1131,6 +1126,7 @@ class ClassicGroupManager:
         if value is None:
             group = self.group(group_id)
             if group is not None:
+                self._release(group)
                 group.transition_to(DEAD, group.state_timestamp)
                 del self._groups[group_id]
             return
@@ -1143,6 +1139,39 @@ class ClassicGroupManager:
             group = self._groups[group_id] = ClassicGroup(group_id)
         group.apply(value)
 
+    def _release(self, group: ClassicGroup) -> None:
+        """A group going away (converted to a consumer group by an online upgrade): requests
+        parked in it are told to rejoin, which they then do with the group's new type, and its
+        timers stop."""
+        for member in group.members.values():
+            member.complete_join(JoinResponse(ErrorCode.rebalance_in_progress, member.member_id))
+            member.complete_sync(SyncResponse(ErrorCode.rebalance_in_progress))
+            self._timer.cancel(heartbeat_key(group.group_id, member.member_id))
+        for member_id in group.pending_members:
+            self._timer.cancel(heartbeat_key(group.group_id, member_id))
+        self._timer.cancel(join_key(group.group_id))
+        self._timer.cancel(sync_key(group.group_id))
+
+    def downgraded(
+        self,
+        group_id: str,
+        value: GroupMetadataValue,
+        protocols: Mapping[str, tuple[Protocol, ...]],
+        now_ms: int,
+    ) -> Record:
+        """The record of a consumer group converting back to a classic group (online
+        downgrade), with the members' `protocols`. Like a group created by JoinGroup, the group
+        joins `groups` when the record is replayed; it starts in a rebalance, so that every
+        member rejoins and the leader assigns the partitions afresh."""
+        group = ClassicGroup(group_id, now_ms)
+        group.apply(value)
+        for member in group.members.values():
+            member.protocols = protocols[member.member_id]
+            self._schedule_heartbeat(group_id, member.member_id, now_ms + member.session_timeout_ms)
+        self._prepare_rebalance(group, now_ms)  # no member has rejoined yet: no records
+        self._created[group_id] = group
+        return Record(GroupMetadataKey(group_id), value)
+
     def on_loaded(self, now_ms: int) -> None:
         """After start-up: every loaded member's session runs from now."""
         for group in [g for g in self._groups.values() if isinstance(g, ClassicGroup)]:
@@ -1154,6 +1183,19 @@ class ClassicGroupManager:
                 # group.max.size was lowered: a rebalance lets the members commit and the
                 # newest ones go.
                 self._prepare_rebalance(group, now_ms)
+
+
+def join_request_error(request: JoinRequest, config: GroupCoordinatorConfig) -> ErrorCode:
+    """What any JoinGroup is checked for first, whatever the type of its group."""
+    if not request.group_id:
+        return ErrorCode.invalid_group_id
+    if (
+        not config.min_session_timeout_ms
+        <= request.session_timeout_ms
+        <= config.max_session_timeout_ms
+    ):
+        return ErrorCode.invalid_session_timeout
+    return ErrorCode.none
 
 
 def _names(protocols: Iterable[Protocol]) -> set[str]:

@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -53,6 +54,9 @@ from broker.coordinator.records import (
 from broker.coordinator.records import TopicMetadata as SubscribedTopic
 from broker.coordinator.runtime import Record, Result, Timer
 from broker.metadata.image import MetadataImage
+
+if TYPE_CHECKING:
+    from broker.coordinator.migration import OnlineMigration
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
@@ -116,6 +120,11 @@ class ConsumerGroupMember:
     @property
     def instance_id(self) -> str | None:
         return self.metadata.instance_id
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        """A member served through JoinGroup / SyncGroup / Heartbeat (online migration)."""
+        return self.metadata.classic_member_metadata is not None
 
 
 class ConsumerGroup:
@@ -305,6 +314,8 @@ class ConsumerGroupManager:
         self.config = config
         self.image = image
         self.group_configs = group_configs
+        # Set by the coordinator: converts groups between the two protocols (migration.py).
+        self.migration: OnlineMigration | None = None
 
     # -- group configs -------------------------------------------------------------------------
 
@@ -336,7 +347,7 @@ class ConsumerGroupManager:
         try:
             self._validate(request, api_version)
             if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
-                return self._leave(request)
+                return self._leave(request, now_ms)
             return self._heartbeat(request, now_ms, client_id, client_host)
         except GroupError as e:
             return Result([], HeartbeatResponse(error_code=e.code, error_message=e.message))
@@ -386,63 +397,19 @@ class ConsumerGroupManager:
     ) -> Result[HeartbeatResponse]:
         records: list[Record] = []
         joining = request.member_epoch == 0
-        group = self._group_for_heartbeat(request.group_id, joining, records)
-        if len(group.members) >= self.config.consumer_max_size and (
-            request.member_id not in group.members
-        ):
-            raise GroupError(
-                ErrorCode.group_max_size_reached,
-                "The consumer group has reached its maximum capacity of "
-                f"{self.config.consumer_max_size} members.",
-            )
+        group = self._group_for_heartbeat(request.group_id, joining, records, now_ms)
+        self.check_capacity(group, request.member_id)
         member_id = request.member_id or new_member_id()
         member, replaced = self._member_for_heartbeat(group, member_id, request, records)
-
-        # 1. The member and, if its subscription changed, the group epoch.
-        metadata = _updated_metadata(member.metadata, request, client_id, client_host)
-        updated = replace(member, metadata=metadata)
-        bump = group.group_epoch == 0  # a new group moves away from epoch 0 at once
-        if metadata != member.metadata:
-            records.append(_member_metadata_record(group.group_id, updated))
-            if metadata.subscribed_topic_regex:
-                compile_regex(metadata.subscribed_topic_regex)  # refuse an invalid one
-            bump |= (metadata.subscribed_topic_names, metadata.subscribed_topic_regex) != (
-                member.metadata.subscribed_topic_names,
-                member.metadata.subscribed_topic_regex,
-            )
-        members = {m.member_id: m for m in group.members.values() if m.member_id != replaced}
-        members[member_id] = updated
-        group_epoch, subscription = group.group_epoch, group.subscription_metadata
-        if bump:
-            subscription = self._subscription_metadata(group, members.values())
-            if subscription != group.subscription_metadata:
-                records.append(_subscription_record(group.group_id, subscription))
-            group_epoch += 1
-            records.append(_group_epoch_record(group.group_id, group_epoch))
-
-        # 2. A new target assignment when the group epoch moved past it.
-        targets_before = dict(group.target_assignment)
-        if replaced is not None:
-            targets_before[member_id] = targets_before.pop(replaced, {})
-        if group_epoch > group.assignment_epoch:
-            targets = self._target_assignment(group, members, targets_before, subscription)
-            records += _target_assignment_records(
-                group.group_id, group_epoch, targets, targets_before
-            )
-            target_epoch, target = group_epoch, targets.get(member_id, {})
-        else:
-            target_epoch, target = group.assignment_epoch, targets_before.get(member_id, {})
-
-        # 3. Move this member's assignment towards its target.
-        current = reconcile(
-            updated.current, target_epoch, target, group.partition_epoch, request.owned_partitions
+        updated = replace(
+            member, metadata=_updated_metadata(member.metadata, request, client_id, client_host)
         )
-        if current != updated.current:
-            records.append(_current_assignment_record(group.group_id, member_id, current))
-            self._arm_rebalance_timeout(
-                group.group_id, member_id, current, metadata.rebalance_timeout_ms, now_ms
-            )
-        self._arm_session_timeout(group.group_id, member_id, now_ms)
+        current = self.reconcile_member(
+            group, member, updated, replaced, request.owned_partitions, records, now_ms
+        )
+        self.arm_session_timeout(
+            group.group_id, member_id, self.session_timeout_ms(group.group_id), now_ms
+        )
 
         # The assignment goes out when the member sent its full state (joining, or recovering
         # from an error) or when it changed.
@@ -465,8 +432,73 @@ class ConsumerGroupManager:
             ),
         )
 
+    def check_capacity(self, group: ConsumerGroup, member_id: str) -> None:
+        if len(group.members) >= self.config.consumer_max_size and member_id not in group.members:
+            raise GroupError(
+                ErrorCode.group_max_size_reached,
+                "The consumer group has reached its maximum capacity of "
+                f"{self.config.consumer_max_size} members.",
+            )
+
+    def reconcile_member(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        updated: ConsumerGroupMember,
+        replaced: str | None,
+        owned: Assignment | None,
+        records: list[Record],
+        now_ms: int,
+    ) -> CurrentAssignment:
+        """The heart of a heartbeat, shared by the consumer protocol and by classic members of
+        a consumer group (their JoinGroup): record the member's new metadata, bump the group
+        epoch if its subscription changed, compute a new target assignment when the group epoch
+        moved past it, and move the member's assignment towards its target. `replaced` is the
+        id of the static member `updated` takes over; `owned` what the member reported."""
+        group_id, member_id, metadata = group.group_id, updated.member_id, updated.metadata
+
+        # 1. The member and, if its subscription changed, the group epoch.
+        bump = group.group_epoch == 0  # a new group moves away from epoch 0 at once
+        if metadata != member.metadata:
+            records.append(_member_metadata_record(group_id, updated))
+            if metadata.subscribed_topic_regex:
+                compile_regex(metadata.subscribed_topic_regex)  # refuse an invalid one
+            bump |= (metadata.subscribed_topic_names, metadata.subscribed_topic_regex) != (
+                member.metadata.subscribed_topic_names,
+                member.metadata.subscribed_topic_regex,
+            )
+        members = {m.member_id: m for m in group.members.values() if m.member_id != replaced}
+        members[member_id] = updated
+        group_epoch, subscription = group.group_epoch, group.subscription_metadata
+        if bump:
+            subscription = self.subscription_metadata(group, members.values())
+            if subscription != group.subscription_metadata:
+                records.append(_subscription_record(group_id, subscription))
+            group_epoch += 1
+            records.append(_group_epoch_record(group_id, group_epoch))
+
+        # 2. A new target assignment when the group epoch moved past it.
+        targets_before = dict(group.target_assignment)
+        if replaced is not None:
+            targets_before[member_id] = targets_before.pop(replaced, {})
+        if group_epoch > group.assignment_epoch:
+            targets = self._target_assignment(group, members, targets_before, subscription)
+            records += _target_assignment_records(group_id, group_epoch, targets, targets_before)
+            target_epoch, target = group_epoch, targets.get(member_id, {})
+        else:
+            target_epoch, target = group.assignment_epoch, targets_before.get(member_id, {})
+
+        # 3. Move this member's assignment towards its target.
+        current = reconcile(updated.current, target_epoch, target, group.partition_epoch, owned)
+        if current != updated.current:
+            records.append(_current_assignment_record(group_id, member_id, current))
+            self._arm_rebalance_timeout(
+                group_id, member_id, current, metadata.rebalance_timeout_ms, now_ms
+            )
+        return current
+
     def _group_for_heartbeat(
-        self, group_id: str, create: bool, records: list[Record]
+        self, group_id: str, create: bool, records: list[Record], now_ms: int
     ) -> ConsumerGroup:
         group = self.groups.get(group_id)
         if isinstance(group, ConsumerGroup):
@@ -477,6 +509,11 @@ class ConsumerGroupManager:
             # An empty classic group (committed offsets, no members) simply changes type.
             records.append(Record(GroupMetadataKey(group_id), None))
             return ConsumerGroup(group_id, self.image)
+        if group is not None and create and self.migration is not None:
+            # A live classic group meets its first consumer-protocol member (online upgrade).
+            upgraded = self.migration.upgrade(group, records, now_ms)
+            if upgraded is not None:
+                return upgraded
         if group is None:
             raise GroupError(ErrorCode.group_id_not_found, f"Consumer group {group_id} not found.")
         raise GroupError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
@@ -509,24 +546,9 @@ class ConsumerGroupManager:
                 f"Static member {member_id} with instance id {instance_id} cannot join the group "
                 f"because the instance id is owned by {existing.member_id} member.",
             )
-        # The instance comes back: the new member id takes over its subscription, target and
-        # partitions, so the group does not rebalance.
-        member = ConsumerGroupMember(
-            member_id,
-            existing.metadata,
-            replace(existing.current, member_epoch=0, previous_member_epoch=0),
-        )
-        records += _member_removal_records(group.group_id, existing.member_id)
-        records += [
-            _member_metadata_record(group.group_id, member),
-            _target_member_record(
-                group.group_id, member_id, group.target_assignment.get(existing.member_id, {})
-            ),
-            _current_assignment_record(group.group_id, member_id, member.current),
-        ]
-        return member, existing.member_id
+        return replace_static_member(group, existing, member_id, records), existing.member_id
 
-    def _leave(self, request: HeartbeatRequest) -> Result[HeartbeatResponse]:
+    def _leave(self, request: HeartbeatRequest, now_ms: int) -> Result[HeartbeatResponse]:
         group = self.consumer_group(request.group_id)
         response = HeartbeatResponse(member_id=request.member_id, member_epoch=request.member_epoch)
         if request.instance_id is None:
@@ -549,16 +571,28 @@ class ConsumerGroupManager:
                     [_current_assignment_record(group.group_id, member.member_id, current)],
                     replace(response, member_id=member.member_id),
                 )
-        return Result(self._fence_member(group, member), response)
+        return Result(self.fence_members(group, {member.member_id}, now_ms), response)
 
     # -- timers --------------------------------------------------------------------------------
 
-    def _arm_session_timeout(self, group_id: str, member_id: str, now_ms: int) -> None:
-        def expire(_now_ms: int) -> list[Record]:
-            return self._fence_if_member(group_id, member_id, None)
+    def member_session_timeout_ms(
+        self, group_id: str, metadata: ConsumerGroupMemberMetadataValue
+    ) -> int:
+        """A classic member keeps the session timeout of its JoinGroup (the
+        ClassicMemberMetadata of its record); the others have the group's."""
+        classic = metadata.classic_member_metadata
+        if classic is not None:
+            return classic.session_timeout_ms
+        return self.session_timeout_ms(group_id)
 
-        deadline = now_ms + self.session_timeout_ms(group_id)
-        self.timer.schedule(_session_key(group_id, member_id), deadline, expire)
+    def arm_session_timeout(
+        self, group_id: str, member_id: str, timeout_ms: int, now_ms: int
+    ) -> None:
+        self.timer.schedule(
+            session_key(group_id, member_id),
+            now_ms + timeout_ms,
+            lambda t: self.fence_if_member(group_id, member_id, None, t),
+        )
 
     def _arm_rebalance_timeout(
         self,
@@ -576,12 +610,15 @@ class ConsumerGroupManager:
             return
         epoch = current.member_epoch
 
-        def expire(_now_ms: int) -> list[Record]:
-            return self._fence_if_member(group_id, member_id, epoch)
+        self.timer.schedule(
+            key,
+            now_ms + rebalance_timeout_ms,
+            lambda t: self.fence_if_member(group_id, member_id, epoch, t),
+        )
 
-        self.timer.schedule(key, now_ms + rebalance_timeout_ms, expire)
-
-    def _fence_if_member(self, group_id: str, member_id: str, epoch: int | None) -> list[Record]:
+    def fence_if_member(
+        self, group_id: str, member_id: str, epoch: int | None, now_ms: int
+    ) -> list[Record]:
         """The timer's work: fence the member if it is still there (and, for a rebalance
         timeout, still in the epoch it had to leave)."""
         group = self.groups.get(group_id)
@@ -590,23 +627,39 @@ class ConsumerGroupManager:
         member = group.members.get(member_id)
         if member is None or (epoch is not None and member.member_epoch != epoch):
             return []
-        return self._fence_member(group, member)
+        return self.fence_members(group, {member_id}, now_ms)
 
-    def _fence_member(self, group: ConsumerGroup, member: ConsumerGroupMember) -> list[Record]:
-        """Remove a member; its partitions become free for the others at the next epoch."""
-        records = _member_removal_records(group.group_id, member.member_id)
-        others = [m for m in group.members.values() if m.member_id != member.member_id]
-        subscription = self._subscription_metadata(group, others)
+    def fence_members(
+        self, group: ConsumerGroup, member_ids: set[str], now_ms: int
+    ) -> list[Record]:
+        """Remove members; their partitions become free for the others at the next epoch. When
+        only classic members remain, the group may convert back to a classic group instead
+        (online downgrade)."""
+        for member_id in member_ids:
+            self.cancel_timers(group.group_id, member_id)
+        if self.migration is not None:
+            downgrade = self.migration.downgrade(group, member_ids, now_ms)
+            if downgrade is not None:
+                return downgrade
+        records = [
+            r
+            for member_id in sorted(member_ids)
+            for r in _member_removal_records(group.group_id, member_id)
+        ]
+        others = [m for m in group.members.values() if m.member_id not in member_ids]
+        subscription = self.subscription_metadata(group, others)
         if subscription != group.subscription_metadata:
             records.append(_subscription_record(group.group_id, subscription))
         records.append(_group_epoch_record(group.group_id, group.group_epoch + 1))
-        self.timer.cancel(_session_key(group.group_id, member.member_id))
-        self.timer.cancel(_rebalance_key(group.group_id, member.member_id))
         return records
+
+    def cancel_timers(self, group_id: str, member_id: str) -> None:
+        for key in (session_key, _rebalance_key, classic_join_key, classic_sync_key):
+            self.timer.cancel(key(group_id, member_id))
 
     # -- target assignment ---------------------------------------------------------------------
 
-    def _subscription_metadata(
+    def subscription_metadata(
         self, group: ConsumerGroup, members: Iterable[ConsumerGroupMember]
     ) -> dict[str, SubscribedTopic]:
         """The existing topics the members subscribe to, with their ids and partition counts:
@@ -662,7 +715,7 @@ class ConsumerGroupManager:
         heartbeat computes a new target assignment."""
         records: list[Record] = []
         for group in sorted(self._consumer_groups(), key=lambda g: g.group_id):
-            subscription = self._subscription_metadata(group, group.members.values())
+            subscription = self.subscription_metadata(group, group.members.values())
             if subscription != group.subscription_metadata:
                 records += [
                     _subscription_record(group.group_id, subscription),
@@ -732,7 +785,12 @@ class ConsumerGroupManager:
         that was revoking a fresh rebalance timeout."""
         for group in self._consumer_groups():
             for member in group.members.values():
-                self._arm_session_timeout(group.group_id, member.member_id, now_ms)
+                self.arm_session_timeout(
+                    group.group_id,
+                    member.member_id,
+                    self.member_session_timeout_ms(group.group_id, member.metadata),
+                    now_ms,
+                )
                 self._arm_rebalance_timeout(
                     group.group_id,
                     member.member_id,
@@ -831,6 +889,27 @@ def _updated_metadata(
 # -- records -----------------------------------------------------------------------------------
 
 
+def replace_static_member(
+    group: ConsumerGroup, existing: ConsumerGroupMember, member_id: str, records: list[Record]
+) -> ConsumerGroupMember:
+    """A static instance comes back under a new member id, which takes over its subscription,
+    target and partitions, so the group does not rebalance."""
+    member = ConsumerGroupMember(
+        member_id,
+        existing.metadata,
+        replace(existing.current, member_epoch=0, previous_member_epoch=0),
+    )
+    records += _member_removal_records(group.group_id, existing.member_id)
+    records += [
+        _member_metadata_record(group.group_id, member),
+        _target_member_record(
+            group.group_id, member_id, group.target_assignment.get(existing.member_id, {})
+        ),
+        _current_assignment_record(group.group_id, member_id, member.current),
+    ]
+    return member
+
+
 def _member_metadata_record(group_id: str, member: ConsumerGroupMember) -> Record:
     return Record(ConsumerGroupMemberMetadataKey(group_id, member.member_id), member.metadata)
 
@@ -888,9 +967,19 @@ def _member_removal_records(group_id: str, member_id: str) -> list[Record]:
     ]
 
 
-def _session_key(group_id: str, member_id: str) -> str:
+def session_key(group_id: str, member_id: str) -> str:
     return f"consumer-session-timeout-{group_id}-{member_id}"
 
 
 def _rebalance_key(group_id: str, member_id: str) -> str:
     return f"consumer-rebalance-timeout-{group_id}-{member_id}"
+
+
+def classic_join_key(group_id: str, member_id: str) -> str:
+    """A classic member told to rejoin must send JoinGroup within its rebalance timeout."""
+    return f"consumer-classic-join-timeout-{group_id}-{member_id}"
+
+
+def classic_sync_key(group_id: str, member_id: str) -> str:
+    """A classic member that joined must send SyncGroup within its rebalance timeout."""
+    return f"consumer-classic-sync-timeout-{group_id}-{member_id}"

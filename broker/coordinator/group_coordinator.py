@@ -1,9 +1,10 @@
 """The group coordinator: classic and consumer-protocol groups and their committed offsets.
 
 It owns the shared state — the groups by id, the timer, the offsets — routes each replayed
-record to the part that owns it, and implements the operations that span group types: offset
-commit/fetch/delete, listing and deleting groups, offset expiry. The protocols themselves live
-in classic_group.py and consumer_group.py.
+record to the part that owns it, routes the classic APIs by group type (a consumer group serves
+its classic members itself, migration.py), and implements the operations that span group types:
+offset commit/fetch/delete, listing and deleting groups, offset expiry. The protocols themselves
+live in classic_group.py and consumer_group.py.
 """
 
 from __future__ import annotations
@@ -13,13 +14,22 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from broker.coordinator.classic_group import ClassicGroupManager
+from broker.coordinator.classic_group import (
+    ClassicGroupManager,
+    JoinRequest,
+    JoinResponse,
+    LeaveResponse,
+    MemberIdentity,
+    SyncRequest,
+    SyncResponse,
+)
 from broker.coordinator.config import GroupCoordinatorConfig
-from broker.coordinator.consumer_group import ConsumerGroupManager
+from broker.coordinator.consumer_group import ConsumerGroup, ConsumerGroupManager
+from broker.coordinator.migration import OnlineMigration
 from broker.coordinator.offsets import OffsetCommitRequest, OffsetManager, TopicPartition
 from broker.coordinator.placement import partition_for
 from broker.coordinator.records import GroupMetadataKey, OffsetCommitKey
-from broker.coordinator.runtime import Record, Result, Timer
+from broker.coordinator.runtime import Deferred, Record, Result, Timer
 from broker.metadata.image import MetadataImage
 
 OFFSETS_EXPIRY_TIMER = "offsets-expiry"
@@ -54,6 +64,8 @@ class GroupCoordinator:
         self.consumer = ConsumerGroupManager(
             self.groups, self.timer, config, image, self.group_configs
         )
+        self.migration = OnlineMigration(self.classic, self.consumer, config, image, self.timer)
+        self.consumer.migration = self.migration
 
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.config.offsets_topic_partitions)
@@ -78,6 +90,44 @@ class GroupCoordinator:
             now_ms + self.config.offsets_retention_check_interval_ms,
             self._expire_offsets,
         )
+
+    # -- the classic APIs ----------------------------------------------------------------------
+
+    def join_group(self, request: JoinRequest, now_ms: int) -> Result[Deferred[JoinResponse]]:
+        group = self.groups.get(request.group_id)
+        # An empty consumer group gives way to a classic group (the classic manager's case).
+        if isinstance(group, ConsumerGroup) and not group.is_empty():
+            return self.migration.join_group(group, request, now_ms)
+        return self.classic.join_group(request, now_ms)
+
+    def sync_group(self, request: SyncRequest, now_ms: int) -> Result[Deferred[SyncResponse]]:
+        group = self.groups.get(request.group_id)
+        if isinstance(group, ConsumerGroup):
+            return self.migration.sync_group(group, request, now_ms)
+        return self.classic.sync_group(request, now_ms)
+
+    def heartbeat(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        now_ms: int,
+    ) -> Result[ErrorCode]:
+        group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup):
+            return self.migration.heartbeat(
+                group, member_id, group_instance_id, generation_id, now_ms
+            )
+        return self.classic.heartbeat(group_id, member_id, group_instance_id, generation_id, now_ms)
+
+    def leave_group(
+        self, group_id: str, members: list[MemberIdentity], now_ms: int
+    ) -> Result[LeaveResponse]:
+        group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup):
+            return self.migration.leave_group(group, members, now_ms)
+        return self.classic.leave_group(group_id, members, now_ms)
 
     # -- offsets -------------------------------------------------------------------------------
 
