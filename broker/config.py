@@ -342,8 +342,9 @@ GROUP_COORDINATOR_CONFIGS = [
         "group.coordinator.rebalance.protocols",
         "list",
         ["classic", "consumer"],
-        "The group protocols the coordinator serves.",
-        one_of("classic", "consumer"),
+        "The group protocols the coordinator serves; 'classic' cannot be disabled.",
+        lambda v: one_of("classic", "consumer")(v)
+        or (None if "classic" in v else "Disabling the 'classic' protocol is not supported."),
     ),
     ConfigDef(
         "group.consumer.migration.policy",

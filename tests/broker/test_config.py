@@ -42,6 +42,8 @@ def test_hours_and_minutes_spellings_yield_to_milliseconds():
         ({"log.message.timestamp.type": "Whenever"}, "CreateTime, LogAppendTime"),
         ({"listeners": "PLAINTEXT//nowhere"}, "NAME://host:port"),
         ({"auto.create.topics.enable": "yes"}, "boolean"),
+        ({"group.coordinator.rebalance.protocols": "consumer"}, "Disabling the 'classic'"),
+        ({"group.consumer.assignors": "uniform,sticky"}, "uniform, range"),
     ],
 )
 def test_invalid_properties_fail_with_a_message_naming_them(props, message):

@@ -81,3 +81,17 @@ async def test_compression_type_accepts_only_what_is_honoured(broker, broker_cli
     refused = await broker_client.send(create("c2", "gzip"))
     assert refused.topics[0].error_code == ErrorCode.invalid_config
     assert "producer" in refused.topics[0].error_message
+
+
+async def test_consumer_protocol_apis_are_not_advertised_when_disabled(tmp_path):
+    from conftest import running_broker
+
+    async with running_broker(tmp_path, **{"group.coordinator.rebalance.protocols": "classic"}) as (
+        _,
+        conn,
+    ):
+        versions = await conn.send(
+            req(18, 3, "ApiVersionsRequest", client_software_name="t", client_software_version="1")
+        )
+        keys = {k.api_key for k in versions.api_keys}
+        assert 11 in keys and 68 not in keys and 69 not in keys
