@@ -343,8 +343,10 @@ GROUP_COORDINATOR_CONFIGS = [
         "list",
         ["classic", "consumer"],
         "The group protocols the coordinator serves; 'classic' cannot be disabled.",
-        lambda v: one_of("classic", "consumer")(v)
-        or (None if "classic" in v else "Disabling the 'classic' protocol is not supported."),
+        lambda v: (
+            one_of("classic", "consumer")(v)
+            or (None if "classic" in v else "Disabling the 'classic' protocol is not supported.")
+        ),
     ),
     ConfigDef(
         "group.consumer.migration.policy",
@@ -624,21 +626,14 @@ _GROUP_BOUNDS = {
 def validate_group_configs(
     values: Mapping[str, str | None], broker: BrokerConfig
 ) -> dict[str, object]:
-    parsed: dict[str, object] = {}
-    for name, raw in values.items():
-        d = GROUP_CONFIGS.get(name)
-        if d is None:
-            raise ConfigError(f"Unknown group config name: {name}")
-        if raw is None:
-            raise ConfigError(f"Null value not supported for group config: {name}")
-        value = d.parse(raw)
+    parsed = _parse_resource_configs(values, GROUP_CONFIGS, "group")
+    for name, value in parsed.items():
         low, high = (broker[b] for b in _GROUP_BOUNDS[name])
         if not low <= value <= high:  # type: ignore[operator]
             raise ConfigError(
                 f"{name} must be between {_GROUP_BOUNDS[name][0]}={low} and "
                 f"{_GROUP_BOUNDS[name][1]}={high}, got {value}"
             )
-        parsed[name] = value
     session = parsed.get("consumer.session.timeout.ms", broker["group.consumer.session.timeout.ms"])
     heartbeat = parsed.get(
         "consumer.heartbeat.interval.ms", broker["group.consumer.heartbeat.interval.ms"]
@@ -651,13 +646,19 @@ def validate_group_configs(
 
 
 def validate_topic_configs(values: Mapping[str, str | None]) -> dict[str, object]:
+    return _parse_resource_configs(values, TOPIC_CONFIGS, "topic")
+
+
+def _parse_resource_configs(
+    values: Mapping[str, str | None], defs: Mapping[str, ConfigDef], kind: str
+) -> dict[str, object]:
     parsed: dict[str, object] = {}
     for name, raw in values.items():
-        d = TOPIC_CONFIGS.get(name)
+        d = defs.get(name)
         if d is None:
-            raise ConfigError(f"Unknown topic config name: {name}")
+            raise ConfigError(f"Unknown {kind} config name: {name}")
         if raw is None:
-            raise ConfigError(f"Null value not supported for topic config: {name}")
+            raise ConfigError(f"Null value not supported for {kind} config: {name}")
         parsed[name] = d.parse(raw)
     return parsed
 
