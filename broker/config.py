@@ -457,6 +457,22 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             at_least(0),
         ),
         ConfigDef(
+            "producer.id.expiration.ms",
+            "int",
+            86400000,
+            "How long a partition keeps an idle producer's state (epoch, last sequences) after "
+            "its last batch.",
+            at_least(1),
+            dynamic=True,
+        ),
+        ConfigDef(
+            "producer.id.expiration.check.interval.ms",
+            "int",
+            600000,
+            "How often expired producer ids are removed.",
+            at_least(1),
+        ),
+        ConfigDef(
             "socket.request.max.bytes",
             "int",
             104857600,

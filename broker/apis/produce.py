@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.apis.base import NO_THROTTLE, RequestContext
 from broker.records.batch import InvalidRecordError, validate_produce_batch
+from broker.storage.producer_state import ProducerStateError
 
 CLOSE_CONNECTION = object()  # acks=0 has no response: an error closes the connection instead
 
@@ -97,21 +98,45 @@ def _append(
         problem = _timestamp_problem(rm, meta, header, now_ms)
         if problem:
             return _error(ctx, partition, ErrorCode.invalid_timestamp, problem)
+    if header.producer_id >= 0:
+        try:
+            duplicate = log.producer_state.check(header)
+        except ProducerStateError as e:
+            return _error(ctx, partition, e.error_code, str(e))
+        if duplicate is not None:
+            # A retry of a batch already in the log (seed 000): DUPLICATE_SEQUENCE_NUMBER with
+            # the original's offset, which clients take as success; nothing is written. Where
+            # flush.messages makes acks wait for fsync, the retry waits for the original's.
+            if duplicate.last_offset >= log.recovery_point and log.config.flushes_by_count:
+                to_flush.append(log)
+            append_time = now_ms if log.config.log_append_time else -1
+            return _appended(
+                ctx,
+                partition,
+                duplicate.first_offset,
+                append_time,
+                log,
+                ErrorCode.duplicate_sequence_number,
+            )
     result = log.append(records, header, now_ms=now_ms, leader_epoch=rm.leader_epoch)
     if result.flush_due:
         to_flush.append(log)
     rm.appended((topic, partition), header.size)
+    return _appended(ctx, partition, result.base_offset, result.log_append_time_ms, log)
+
+
+def _appended(ctx, partition, base_offset, log_append_time_ms, log, error_code=ErrorCode.none):
     return ctx.response(
         "PartitionProduceResponse",
         index=partition,
-        error_code=ErrorCode.none,
-        base_offset=result.base_offset,
+        error_code=error_code,
+        base_offset=base_offset,
         log_append_time=(
-            datetime.fromtimestamp(result.log_append_time_ms / 1000, tz=UTC)
-            if result.log_append_time_ms >= 0
+            datetime.fromtimestamp(log_append_time_ms / 1000, tz=UTC)
+            if log_append_time_ms >= 0
             else None
         ),
-        log_start_offset=result.log_start_offset,
+        log_start_offset=log.log_start_offset,
         record_errors=(),
         error_message=None,
     )

@@ -17,6 +17,7 @@ from broker.apis.configs import (
 )
 from broker.apis.delete_records import handle_delete_records
 from broker.apis.fetch import handle_fetch
+from broker.apis.init_producer_id import handle_init_producer_id
 from broker.apis.list_offsets import handle_list_offsets
 from broker.apis.metadata import handle_metadata
 from broker.apis.offset_for_leader_epoch import handle_offset_for_leader_epoch
@@ -40,6 +41,8 @@ API_SPECS: dict[int, ApiSpec] = {
         ApiSpec(19, "CreateTopics", 2, 7, handle_create_topics),
         ApiSpec(20, "DeleteTopics", 1, 6, handle_delete_topics),
         ApiSpec(21, "DeleteRecords", 0, 2, handle_delete_records),
+        # InitProducerId v6 (KIP-939, two-phase commit) is Kafka 4.1's, and transactional.
+        ApiSpec(22, "InitProducerId", 0, 5, handle_init_producer_id),
         ApiSpec(23, "OffsetForLeaderEpoch", 2, 4, handle_offset_for_leader_epoch),
         ApiSpec(32, "DescribeConfigs", 1, 4, handle_describe_configs),
         ApiSpec(33, "AlterConfigs", 0, 2, handle_alter_configs),

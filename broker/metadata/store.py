@@ -36,6 +36,7 @@ class MetadataStore(Protocol):
     def set_broker_configs(self, configs: dict[str, str]) -> None: ...
     def group_configs(self) -> dict[str, dict[str, str]]: ...
     def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None: ...
+    def allocate_producer_ids(self, count: int) -> int: ...
     def close(self) -> None: ...
 
 
@@ -118,6 +119,22 @@ class SqliteMetadataStore:
             )
         else:
             self._write("DELETE FROM group_configs WHERE group_id = ?", (group_id,))
+
+    def allocate_producer_ids(self, count: int) -> int:
+        """Reserve the next `count` producer ids and return the first. Durable before it
+        returns, so a restarted broker never hands out an id twice."""
+        with self._lock, self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            row = self._db.execute(
+                "SELECT value FROM cluster WHERE key='producer.id.next.block'"
+            ).fetchone()
+            first = int(row[0]) if row else 0
+            self._db.execute(
+                "INSERT INTO cluster(key, value) VALUES ('producer.id.next.block', ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (str(first + count),),
+            )
+            return first
 
     def close(self) -> None:
         with self._lock:

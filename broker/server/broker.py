@@ -29,6 +29,9 @@ from broker.storage import Log, LogManager
 
 log = logging.getLogger("broker")
 
+# Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE: ids reserved in the store at a time.
+PRODUCER_ID_BLOCK_SIZE = 1000
+
 
 def _completes_when_cancelled(change):
     """A metadata change, once begun, finishes even if the request that asked for it is
@@ -62,6 +65,8 @@ class Broker:
         self._background: list[asyncio.Task] = []
         self._blocking: set[asyncio.Future] = set()
         self._metadata_lock = asyncio.Lock()
+        self._producer_id_lock = asyncio.Lock()
+        self._next_producer_id = self._producer_id_block_end = 0
         # One thread: metadata writes stay ordered and SQLite sees a single writer.
         self._metadata_thread = ThreadPoolExecutor(1, thread_name_prefix="fjord-metadata")
         self.image: MetadataImage
@@ -86,6 +91,9 @@ class Broker:
             self.log_manager.load, lambda name: self.replica_manager.log_config(topics.get(name))
         )
         self._drop_stray_logs()
+        # As Kafka's loadProducerState: producers that expired while the broker was down are
+        # not brought back by their snapshot.
+        self._expire_producer_ids(int(time.time() * 1000))
         for topic in self.image.topics():
             self.replica_manager.open_partitions(topic)
         self.metrics.add_partition_gauges(self._partition_logs)
@@ -127,6 +135,7 @@ class Broker:
                     lambda now_ms: checkpoint(),
                     in_thread=True,
                 ),
+                self._every("producer.id.expiration.check.interval.ms", self._expire_producer_ids),
             )
         ]
         addresses = ", ".join(f"{n}://{h or '0.0.0.0'}:{p}" for n, (h, p) in self.bound.items())
@@ -176,6 +185,24 @@ class Broker:
         # Segments are unlinked later (file.delete.delay.ms); only the checkpoint blocks.
         if self.log_manager.enforce_retention(now_ms):
             await self.run_blocking(self.log_manager.checkpoint)
+
+    def _expire_producer_ids(self, now_ms: int) -> None:
+        expiration_ms = self.config["producer.id.expiration.ms"]
+        for _, log_ in self.log_manager.logs():
+            log_.producer_state.remove_expired(now_ms, expiration_ms)
+
+    async def generate_producer_id(self) -> int:
+        """A producer id never handed out before, from a block reserved in the metadata store
+        (Kafka's ProducerIdManager); ids left in a block at shutdown are skipped."""
+        async with self._producer_id_lock:
+            if self._next_producer_id >= self._producer_id_block_end:
+                first = await self._in_metadata_thread(
+                    self.store.allocate_producer_ids, PRODUCER_ID_BLOCK_SIZE
+                )
+                self._next_producer_id = first
+                self._producer_id_block_end = first + PRODUCER_ID_BLOCK_SIZE
+            self._next_producer_id += 1
+            return self._next_producer_id - 1
 
     def run_blocking(self, fn, *args) -> asyncio.Future:
         """Run blocking work (fsync, file creation) in a thread. A cancelled caller stops

@@ -81,12 +81,20 @@ class _PartitionCollector:
             "Log start offset of each partition.",
             labels=["topic", "partition"],
         )
+        producer_ids = 0
         for topic, partition, log_ in self.partitions():
             labels = [topic, str(partition)]
             hw.add_metric(labels, log_.high_watermark)
             start.add_metric(labels, log_.log_start_offset)
+            producer_ids += len(log_.producer_state)
         yield hw
         yield start
+        # Kafka's ReplicaManager ProducerIdCount: producer ids with state, summed over partitions.
+        yield GaugeMetricFamily(
+            "fjord_producer_ids_live",
+            "Producer ids with idempotence state, summed over the partitions.",
+            value=producer_ids,
+        )
 
 
 async def serve_metrics(metrics: BrokerMetrics, url: str) -> asyncio.Server:

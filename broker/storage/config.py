@@ -29,6 +29,11 @@ class LogConfig:
         return self.message_timestamp_type == "LogAppendTime"
 
     @property
+    def flushes_by_count(self) -> bool:
+        """flush.messages is set: acks of appends that reach it wait for fsync."""
+        return self.flush_interval_messages < LONG_MAX
+
+    @property
     def max_index_entries(self) -> int:
         # Kafka sizes index files from segment.index.bytes; each offset entry is 8 bytes.
         return max(1, self.segment_index_bytes // 8)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import struct
@@ -15,6 +16,12 @@ from pathlib import Path
 from broker.records.batch import BatchHeader, iter_batches, with_log_append_time
 from broker.storage.config import LogConfig
 from broker.storage.errors import OffsetOutOfRangeError
+from broker.storage.producer_state import (
+    SNAPSHOT_SUFFIX,
+    CorruptSnapshotError,
+    ProducerStateManager,
+    snapshot_file_name,
+)
 from broker.storage.segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -22,6 +29,8 @@ from broker.storage.segment import (
     TIME_INDEX_SUFFIX,
     LogSegment,
 )
+
+logger = logging.getLogger("broker.storage.log")
 
 # Left behind by an interrupted cleaner (KIP-less Kafka convention); never part of the log.
 _CLEANED_SUFFIX = ".cleaned"
@@ -66,6 +75,7 @@ class Log:
         self._unflushed_messages = 0
         self._dir_dirty = False  # created or renamed files the directory entry must persist
         self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self.producer_state = ProducerStateManager()
         # Serialises structural changes against flush()/read() running in worker threads;
         # fsync itself happens outside it so appends never wait for the disk.
         self._lock = threading.RLock()
@@ -122,7 +132,55 @@ class Log:
         log._log_start_offset = max(log_start_offset, log._segments[0].base_offset)
         log._recovery_point = max(log._log_start_offset, min(recovery_point, log._log_end_offset))
         log._high_watermark = log._log_end_offset
+        log._load_producer_state()
         return log
+
+    def _load_producer_state(self) -> None:
+        """Kafka's loadProducerState: the newest sound snapshot not beyond the log end, then
+        the batches after it. Snapshots past the end (the log was truncated by recovery) or
+        torn ones are deleted, so the state never holds batches the log lost."""
+        for leftover in self.directory.glob(f"*{SNAPSHOT_SUFFIX}.tmp"):  # a write cut short
+            leftover.unlink()
+        stems = (p.name[: -len(SNAPSHOT_SUFFIX)] for p in self.directory.glob("*.snapshot"))
+        offsets = sorted((int(s) for s in stems if len(s) == 20 and s.isdigit()), reverse=True)
+        state, replay_from = ProducerStateManager(), self._segments[0].base_offset
+        for offset in offsets:
+            path = self.directory / snapshot_file_name(offset)
+            if offset <= self._log_end_offset:
+                try:
+                    state = ProducerStateManager.decode_snapshot(path.read_bytes())
+                    replay_from = offset
+                    break
+                except CorruptSnapshotError as e:
+                    logger.warning("deleting producer snapshot %s: %s", path, e)
+            path.unlink()
+        start = max(0, bisect_right(self._bases, replay_from) - 1)
+        for segment in self._segments[start:]:
+            found = segment.translate_offset(replay_from)
+            if found is None:
+                continue
+            for _, header in segment.batches_from(found[0]):
+                if header.producer_id >= 0:
+                    state.update(
+                        header, header.base_offset, header.last_offset, header.max_timestamp
+                    )
+        self.producer_state = state
+
+    def take_producer_snapshot(self, *, sync: bool = False) -> None:
+        """Write the producer state as of the log end offset (`<offset>.snapshot`), so that
+        loading replays only the batches after it. Written aside and renamed: a reader sees
+        the old file or the new one; a torn one fails its CRC and an older one is used."""
+        path = self.directory / snapshot_file_name(self._log_end_offset)
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, self.producer_state.encode_snapshot())
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        self._dir_dirty = True
 
     def _replace_all_segments(self, base_offset: int, now_ms: int) -> None:
         for segment in self._segments:
@@ -217,6 +275,8 @@ class Log:
             self._log_end_offset = last_offset + 1
             self._high_watermark = self._log_end_offset  # single node: every write is committed
             self._unflushed_messages += header.last_offset_delta + 1
+            if header.producer_id >= 0:
+                self.producer_state.update(header, base_offset, last_offset, max_timestamp)
             must_flush = self._unflushed_messages >= self.config.flush_interval_messages
         return AppendResult(
             base_offset,
@@ -261,6 +321,9 @@ class Log:
             self._segments.append(segment)
             self._bases.append(segment.base_offset)
             self._dir_dirty = True
+            # Kafka snapshots producer state at every roll: recovery then replays at most the
+            # active segment.
+            self.take_producer_snapshot()
             return segment
 
     # ---- reading -------------------------------------------------------------------------
@@ -410,6 +473,7 @@ class Log:
         self._advance_log_start_offset(self._segments[0].base_offset)
         for segment in deletable:
             segment.mark_deleted()
+            (self.directory / snapshot_file_name(segment.base_offset)).unlink(missing_ok=True)
             self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, segment))
         self._dir_dirty = True
         return len(deletable)
@@ -469,6 +533,7 @@ class Log:
         """Flush everything and leave valid, trimmed index files for a clean reopen."""
         with self._lock:
             self._segments[-1].on_become_inactive()
+            self.take_producer_snapshot(sync=True)
         self.flush()
         with self._lock:
             for segment in self._segments:

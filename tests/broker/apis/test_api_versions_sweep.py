@@ -131,6 +131,10 @@ def delete_records(v, topic_id):
     )
 
 
+def init_producer_id(v, topic_id):
+    return req(22, v, "InitProducerIdRequest", transactional_id=None, transaction_timeout=ms(0))
+
+
 def offset_for_leader_epoch(v, topic_id):
     part = req(
         23, v, "OffsetForLeaderPartition", partition=0, current_leader_epoch=-1, leader_epoch=0
@@ -265,6 +269,7 @@ FACTORIES = {
     19: create_topics,
     20: delete_topics,
     21: delete_records,
+    22: init_producer_id,
     23: offset_for_leader_epoch,
     32: describe_configs,
     33: alter_configs,
