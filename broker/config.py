@@ -473,6 +473,50 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             at_least(1),
         ),
         ConfigDef(
+            "transaction.state.log.num.partitions",
+            "int",
+            50,
+            "The number of partitions of __transaction_state (fixed once created).",
+            at_least(1),
+        ),
+        ConfigDef(
+            "transaction.state.log.segment.bytes",
+            "int",
+            104857600,
+            "The segment size of __transaction_state.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "transaction.max.timeout.ms",
+            "int",
+            900000,
+            "The longest transaction.timeout.ms a producer may ask for; longer ones get "
+            "INVALID_TRANSACTION_TIMEOUT.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "transactional.id.expiration.ms",
+            "int",
+            604800000,
+            "How long a transactional id without an open transaction is kept after its last "
+            "update.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            "int",
+            10000,
+            "How often transactions open longer than their timeout are aborted.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "transaction.remove.expired.transaction.cleanup.interval.ms",
+            "int",
+            3600000,
+            "How often expired transactional ids are removed.",
+            at_least(1),
+        ),
+        ConfigDef(
             "socket.request.max.bytes",
             "int",
             104857600,

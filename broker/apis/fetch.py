@@ -1,4 +1,9 @@
-"""Fetch: full fetches (fetch sessions arrive with KIP-227), long-polled until min_bytes."""
+"""Fetch: full fetches (fetch sessions arrive with KIP-227), long-polled until min_bytes.
+
+read_uncommitted reads up to the high watermark; read_committed (KIP-98) up to the last
+stable offset, with the aborted transactions of the range read so the consumer can drop
+their records.
+"""
 
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ async def handle_fetch(broker, ctx: RequestContext, request) -> object:
         waiter = FetchWaiter(
             needed=request.min_bytes - size,
             partitions=[(name, p.partition) for name, _, p in wanted],
+            read_committed=request.isolation_level == READ_COMMITTED,
         )
         broker.replica_manager.park(waiter)
         try:
@@ -66,6 +72,7 @@ def _resolve(broker, request) -> list:
 
 def _read(broker, ctx: RequestContext, request, wanted) -> tuple[tuple, int, bool]:
     rm = broker.replica_manager
+    read_committed = request.isolation_level == READ_COMMITTED
     remaining = request.max_bytes
     min_one_batch = True  # Kafka returns the first batch whole even when it exceeds the limits
     total = 0
@@ -78,15 +85,13 @@ def _read(broker, ctx: RequestContext, request, wanted) -> tuple[tuple, int, boo
         if code == ErrorCode.none:
             code = rm.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
         records = b""
+        aborted = None
         if code == ErrorCode.none:
-            last_stable = log.high_watermark  # no transactions yet: LSO == high watermark
             try:
                 data = log.read(
                     p.fetch_offset,
                     min(p.partition_max_bytes, remaining),
-                    max_offset=last_stable
-                    if request.isolation_level == READ_COMMITTED
-                    else log.high_watermark,
+                    max_offset=log.last_stable_offset if read_committed else log.high_watermark,
                     min_one_batch=min_one_batch,
                 )
             except OffsetOutOfRangeError:
@@ -98,15 +103,26 @@ def _read(broker, ctx: RequestContext, request, wanted) -> tuple[tuple, int, boo
                     remaining = max(0, remaining - data.size)
                     total += data.size
                     min_one_batch = False
+                if read_committed:
+                    # Kafka bounds the search by the end of what was read; an empty read has
+                    # none to report.
+                    aborted = tuple(
+                        ctx.response("AbortedTransaction", producer_id=pid, first_offset=first)
+                        for pid, first in (
+                            log.aborted_transactions(p.fetch_offset, data.next_offset)
+                            if data.size
+                            else ()
+                        )
+                    )
         failed = failed or code != ErrorCode.none
         partition = ctx.response(
             "PartitionData",
             partition_index=p.partition,
             error_code=code,
             high_watermark=log.high_watermark if log else -1,
-            last_stable_offset=log.high_watermark if log else -1,
+            last_stable_offset=log.last_stable_offset if log else -1,
             log_start_offset=log.log_start_offset if log else -1,
-            aborted_transactions=None,
+            aborted_transactions=aborted,
             preferred_read_replica=-1,
             records=records,
         )

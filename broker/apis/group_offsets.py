@@ -14,20 +14,17 @@ GROUP_KEY, TRANSACTION_KEY = 0, 1
 
 async def handle_find_coordinator(broker, ctx: RequestContext, request) -> object:
     keys = list(getattr(request, "coordinator_keys", ()) or [getattr(request, "key", "")])
-    if getattr(request, "key_type", GROUP_KEY) == GROUP_KEY:
+    key_type = getattr(request, "key_type", GROUP_KEY)
+    if key_type == GROUP_KEY:
         await broker.coordinator_runtime.ensure_offsets_topic()
+    elif key_type == TRANSACTION_KEY:
+        await broker.transaction_runtime.ensure_state_topic()
+    if key_type in (GROUP_KEY, TRANSACTION_KEY):
         host, port = broker.advertised_address(ctx.listener)
-        found = (ErrorCode.none, None, broker.node_id, host, port)
+        code, message, node_id = ErrorCode.none, None, broker.node_id
     else:
-        # Transactions arrive with the exactly-once work; until then no coordinator exists.
-        found = (
-            ErrorCode.coordinator_not_available,
-            "The transaction coordinator is not available",
-            -1,
-            "",
-            -1,
-        )
-    code, message, node_id, host, port = found
+        code, message = ErrorCode.invalid_request, f"unknown coordinator key type {key_type}"
+        node_id, host, port = -1, "", -1
     if ctx.api_version < 4:
         return ctx.response(
             "FindCoordinatorResponse",
@@ -112,6 +109,9 @@ async def handle_offset_commit(broker, ctx: RequestContext, request) -> object:
 
 async def handle_offset_fetch(broker, ctx: RequestContext, request) -> object:
     await broker.coordinator_runtime.ensure_offsets_topic()
+    # v7+: a consumer about to start from its committed offsets may ask not to be given one
+    # that an open transaction is about to replace (UNSTABLE_OFFSET_COMMIT, it retries).
+    require_stable = getattr(request, "require_stable", False)
     if ctx.api_version >= 8:
         groups = tuple(
             _fetch_group(
@@ -121,26 +121,29 @@ async def handle_offset_fetch(broker, ctx: RequestContext, request) -> object:
                 g.topics,
                 getattr(g, "member_id", None),
                 getattr(g, "member_epoch", -1),
+                require_stable,
                 batched=True,
             )
             for g in request.groups
         )
         return ctx.response("OffsetFetchResponse", throttle_time=NO_THROTTLE, groups=groups)
     error, topics = _fetch_group(
-        broker, ctx, request.group_id, request.topics, None, -1, batched=False
+        broker, ctx, request.group_id, request.topics, None, -1, require_stable, batched=False
     )
     return ctx.response(
         "OffsetFetchResponse", throttle_time=NO_THROTTLE, topics=topics, error_code=error
     )
 
 
-def _fetch_group(broker, ctx, group_id, topics, member_id, member_epoch, batched: bool):
+def _fetch_group(
+    broker, ctx, group_id, topics, member_id, member_epoch, require_stable, batched: bool
+):
     if topics is None:
         wanted = None
     else:
         wanted = [(t.name, p) for t in topics for p in getattr(t, "partition_indexes", None) or ()]
     error, offsets = broker.group_coordinator.fetch_offsets(
-        group_id, wanted, member_id, member_epoch
+        group_id, wanted, member_id, member_epoch, require_stable=require_stable
     )
     prefix = "OffsetFetchResponse"
     names = ("Topics", "Partitions") if batched else ("Topic", "Partition")
@@ -153,7 +156,7 @@ def _fetch_group(broker, ctx, group_id, topics, member_id, member_epoch, batched
                 committed_offset=committed.offset if committed else -1,
                 committed_leader_epoch=committed.leader_epoch if committed else -1,
                 metadata=committed.metadata if committed else "",
-                error_code=ErrorCode.none,
+                error_code=committed.error_code if committed else ErrorCode.none,
             )
         )
     response_topics = tuple(

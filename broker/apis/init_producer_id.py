@@ -1,8 +1,6 @@
-"""InitProducerId for idempotent producers: a fresh producer id at epoch 0.
-
-Transactional producers need the transaction coordinator, which Fjord does not run yet: their
-requests answer COORDINATOR_NOT_AVAILABLE, as a Kafka broker does while no coordinator is up.
-"""
+"""InitProducerId: a fresh producer id at epoch 0 for an idempotent producer; for a
+transactional one, the transaction coordinator's id and epoch for its transactional id (which
+fences the previous instance and ends its open transaction)."""
 
 from __future__ import annotations
 
@@ -24,10 +22,29 @@ async def handle_init_producer_id(broker, ctx: RequestContext, request) -> objec
     if transactional_id == "":
         return _response(ctx, ErrorCode.invalid_request)
     if transactional_id is not None:
-        return _response(ctx, ErrorCode.coordinator_not_available)
+        return await _init_transactional(broker, ctx, request, producer_id, producer_epoch)
     # Without a transactional id Kafka hands out a new id blindly, whatever the request names:
     # the old id's sequences live on in the partitions until they expire.
     return _response(ctx, ErrorCode.none, await broker.generate_producer_id(), 0)
+
+
+async def _init_transactional(broker, ctx, request, producer_id: int, producer_epoch: int):
+    fresh = await broker.generate_producer_id()  # used only if the id needs a new one
+    coordinator = broker.transaction_coordinator
+    result = await broker.transaction_runtime.run(
+        lambda now_ms: coordinator.init_producer_id(
+            request.transactional_id,
+            int(request.transaction_timeout.total_seconds() * 1000),
+            producer_id,
+            producer_epoch,
+            fresh,
+            now_ms,
+        )
+    )
+    error = result.error
+    if error is ErrorCode.producer_fenced and ctx.api_version < 4:
+        error = ErrorCode.invalid_producer_epoch  # PRODUCER_FENCED came with v4 (KIP-588)
+    return _response(ctx, error, result.producer_id, result.producer_epoch)
 
 
 def _response(

@@ -10,6 +10,7 @@ LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4  # no tiered storage: the same as EARLIEST
+READ_COMMITTED = 1
 
 
 def handle_list_offsets(broker, ctx: RequestContext, request) -> object:
@@ -42,9 +43,13 @@ def handle_list_offsets(broker, ctx: RequestContext, request) -> object:
 
 
 def _lookup(log, spec: int, isolation_level: int) -> tuple[int, int]:
-    # read_committed ends at the last stable offset; without transactions it is the high watermark.
+    # What a consumer of this isolation level may fetch (Kafka's lastFetchableOffset): LATEST
+    # answers it, and a lookup never answers an offset at or beyond it.
+    last_fetchable = (
+        log.last_stable_offset if isolation_level == READ_COMMITTED else log.high_watermark
+    )
     if spec == LATEST:
-        return log.high_watermark, -1
+        return last_fetchable, -1
     if spec in (EARLIEST, EARLIEST_LOCAL):
         return log.log_start_offset, -1
     if spec == MAX_TIMESTAMP:
@@ -53,6 +58,6 @@ def _lookup(log, spec: int, isolation_level: int) -> tuple[int, int]:
         found = log.offset_for_timestamp(spec)
     else:
         found = None
-    if found is None or found[0] >= log.high_watermark:
+    if found is None or found[0] >= last_fetchable:
         return -1, -1
     return found

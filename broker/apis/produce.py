@@ -98,6 +98,14 @@ def _append(
         problem = _timestamp_problem(rm, meta, header, now_ms)
         if problem:
             return _error(ctx, partition, ErrorCode.invalid_timestamp, problem)
+    if header.is_transactional:
+        # Kafka's partition verification (KIP-890 part 1): only a partition the producer's
+        # ongoing transaction added takes its data, so no zombie leaves a transaction hanging.
+        error = broker.transaction_coordinator.verify_partition(
+            header.producer_id, header.producer_epoch, (topic, partition)
+        )
+        if error is not ErrorCode.none:
+            return _error(ctx, partition, error, "The transaction does not hold this partition")
     if header.producer_id >= 0:
         try:
             duplicate = log.producer_state.check(header)

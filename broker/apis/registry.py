@@ -2,11 +2,11 @@
 
 A range lists only versions whose semantics are implemented and covered by tests
 (tests/broker/apis/test_api_versions_sweep.py and its siblings exercise every advertised version).
-The group APIs are declared beside their handlers, each module's `SPECS`."""
+The group and transaction APIs are declared beside their handlers, each module's `SPECS`."""
 
 from __future__ import annotations
 
-from broker.apis import classic_groups, consumer_groups, group_offsets
+from broker.apis import classic_groups, consumer_groups, group_offsets, transactions
 from broker.apis.api_versions import handle_api_versions
 from broker.apis.base import ApiSpec
 from broker.apis.cluster import handle_describe_cluster
@@ -31,7 +31,7 @@ from broker.apis.topics import (
 API_SPECS: dict[int, ApiSpec] = {
     s.key: s
     for s in [
-        # Produce v12+ implies KIP-890 transaction verification: not before the EOS issue.
+        # Produce v12 is transaction version 2 (partitions added implicitly, KIP-890 part 2).
         ApiSpec(0, "Produce", 3, 11, handle_produce),
         ApiSpec(1, "Fetch", 4, 17, handle_fetch),
         # ListOffsets v9+ adds tiered-storage offset specs.
@@ -52,6 +52,7 @@ API_SPECS: dict[int, ApiSpec] = {
         *group_offsets.SPECS,
         *classic_groups.SPECS,
         *consumer_groups.SPECS,
+        *transactions.SPECS,
     ]
 }
 

@@ -3,8 +3,8 @@
 It owns the shared state — the groups by id, the timer, the offsets — routes each replayed
 record to the part that owns it, routes the classic APIs by group type (a consumer group serves
 its classic members itself, migration.py), and implements the operations that span group types:
-offset commit/fetch/delete, listing and deleting groups, offset expiry. The protocols themselves
-live in classic_group.py and consumer_group.py.
+offset commit/fetch/delete (transactional commits included), listing and deleting groups,
+offset expiry. The protocols themselves live in classic_group.py and consumer_group.py.
 """
 
 from __future__ import annotations
@@ -26,7 +26,13 @@ from broker.coordinator.classic_group import (
 from broker.coordinator.config import GroupCoordinatorConfig
 from broker.coordinator.consumer_group import ConsumerGroup, ConsumerGroupManager
 from broker.coordinator.migration import OnlineMigration
-from broker.coordinator.offsets import OffsetCommitRequest, OffsetManager, TopicPartition
+from broker.coordinator.offsets import (
+    NO_PRODUCER_ID,
+    OffsetCommitRequest,
+    OffsetManager,
+    RestatedBatch,
+    TopicPartition,
+)
 from broker.coordinator.placement import partition_for
 from broker.coordinator.records import GroupMetadataKey, OffsetCommitKey
 from broker.coordinator.runtime import Deferred, Record, Result, Timer
@@ -72,14 +78,26 @@ class GroupCoordinator:
 
     # -- replay --------------------------------------------------------------------------------
 
-    def replay(self, record: Record) -> None:
+    def replay(
+        self, record: Record, producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1
+    ) -> None:
+        """Replay one record; `producer_id` and `producer_epoch` are those of a transactional
+        batch (only transactional offset commits are written in one)."""
         key = record.key
         if isinstance(key, OffsetCommitKey):
-            self.offsets.replay(key, record.value)
+            self.offsets.replay(key, record.value, producer_id, producer_epoch)
         elif isinstance(key, GroupMetadataKey):
             self.classic.replay(key, record.value)
         else:
             self.consumer.replay(key, record.value)
+
+    def replay_end_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
+        """Replay the producer's COMMIT (`commit`) or ABORT marker on `partition` of
+        `__consumer_offsets`: its pending offsets of the groups placed there become committed
+        or are dropped."""
+        self.offsets.end_transaction(
+            producer_id, commit, lambda group_id: self.partition_for(group_id) == partition
+        )
 
     def on_loaded(self, now_ms: int) -> None:
         """After start-up replay: re-arm the members' session timers and offset expiry."""
@@ -162,20 +180,55 @@ class GroupCoordinator:
         )
         return Result(records, errors)
 
+    def txn_offset_commit(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None,
+        offsets: dict[TopicPartition, tuple[int, int, str | None]],
+        now_ms: int,
+    ) -> Result[dict[TopicPartition, ErrorCode]]:
+        """TxnOffsetCommit: `offsets` maps each partition to (offset, leader epoch, metadata).
+        The records are those of a plain commit; run through the runtime's
+        `run_transactional(group_id, producer_id, producer_epoch, ...)` they are written in the
+        producer's transactional batch and stay pending until its marker. The producer fields
+        are not checked here: the log fences stale epochs when the batch is appended."""
+        group = self.groups.get(group_id)
+        if group is None:
+            # Unknown group without a generation: a producer's sendOffsetsToTransaction with
+            # only a group id. Its offsets form a "simple" group, as a plain commit's do.
+            error = ErrorCode.none if generation_id < 0 else ErrorCode.illegal_generation
+        else:
+            error = _validate_txn_offset_commit(group, member_id, generation_id, group_instance_id)
+        if error != ErrorCode.none:
+            return Result([], {tp: error for tp in offsets})
+        partitions = [
+            OffsetCommitRequest(topic, partition, offset, leader_epoch, metadata)
+            for (topic, partition), (offset, leader_epoch, metadata) in offsets.items()
+        ]
+        records, errors = self.offsets.commit_records(group_id, partitions, now_ms)
+        return Result(records, errors)
+
     def fetch_offsets(
         self,
         group_id: str,
         partitions: Iterable[TopicPartition] | None,
         member_id: str | None = None,
         member_epoch: int = -1,
+        require_stable: bool = False,
     ):
-        """(error, offsets by partition); consumer groups validate the member epoch (v9+)."""
+        """(error, offsets by partition); consumer groups validate the member epoch (v9+).
+        With `require_stable` (OffsetFetch v7+, read_committed consumers) a partition with a
+        pending transactional offset comes back as UNSTABLE (error UNSTABLE_OFFSET_COMMIT)."""
         group = self.groups.get(group_id)
         if group is not None and member_epoch >= 0:
             error = group.validate_offset_fetch(member_id, member_epoch)
             if error != ErrorCode.none:
                 return error, {}
-        return ErrorCode.none, self.offsets.fetch(group_id, partitions)
+        return ErrorCode.none, self.offsets.fetch(group_id, partitions, require_stable)
 
     def delete_offsets(
         self, group_id: str, partitions: list[TopicPartition]
@@ -207,8 +260,11 @@ class GroupCoordinator:
                 group is not None
                 and expired
                 and len(expired) == len(self.offsets.fetch(group_id, None))
+                and not self.offsets.has_pending(group_id)
             ):
-                records += group.tombstones()  # an empty group whose last offsets expired
+                # An empty group whose last offsets expired; one an ongoing transaction
+                # commits offsets to stays until the transaction ends.
+                records += group.tombstones()
         self.timer.schedule(
             OFFSETS_EXPIRY_TIMER,
             now_ms + self.config.offsets_retention_check_interval_ms,
@@ -253,19 +309,43 @@ class GroupCoordinator:
                     records += group.tombstones()
         return Result(records, errors)
 
-    def snapshot_records(self, partition: int) -> list[Record]:
-        """Every live record of the groups placed on `partition`: replayed into an empty
-        coordinator they rebuild the same state (the runtime's compaction)."""
+    def snapshot_batches(self, partition: int) -> list[RestatedBatch]:
+        """Every live record of the groups placed on `partition`, in batches (transactional
+        ones for pending offsets): appended in this order and replayed into an empty
+        coordinator, together with the markers still to come, they rebuild the same state
+        (the runtime's compaction)."""
+        group_ids = [
+            g for g in {*self.groups, *self.offsets.groups()} if self.partition_for(g) == partition
+        ]
         records: list[Record] = []
-        for group_id in {*self.groups, *self.offsets.groups()}:
-            if self.partition_for(group_id) != partition:
-                continue
+        for group_id in group_ids:
             group = self.groups.get(group_id)
             if group is not None:
                 records += group.snapshot_records()
-            records += self.offsets.snapshot_records(group_id)
-        return records
+        batches = self.offsets.restatement(group_ids)
+        if batches and batches[0].producer_id == NO_PRODUCER_ID:
+            batches[0].records[:0] = records
+        elif records:
+            batches.insert(0, RestatedBatch(NO_PRODUCER_ID, -1, records))
+        return batches
 
     def describe_state(self, group_id: str):
         """The group object, or None when only offsets (or nothing) exist under this id."""
         return self.groups.get(group_id)
+
+
+def _validate_txn_offset_commit(
+    group, member_id: str, generation_id: int, group_instance_id: str | None
+) -> ErrorCode:
+    """Kafka's validation of a TxnOffsetCommit against an existing group: that of OffsetCommit,
+    except that the member fields are checked only when given (TxnOffsetCommit v0-v2 has
+    none), a member may commit while its group completes a rebalance, and a stale member
+    epoch is an ILLEGAL_GENERATION (the error transactional producers know)."""
+    if generation_id < 0 and not member_id and group_instance_id is None:
+        return ErrorCode.none
+    error = group.validate_offset_commit(member_id, generation_id, group_instance_id)
+    if error == ErrorCode.rebalance_in_progress:
+        return ErrorCode.none
+    if error == ErrorCode.stale_member_epoch:
+        return ErrorCode.illegal_generation
+    return error

@@ -1,12 +1,18 @@
 """Committed offsets of every group: commit, fetch, delete, expire (Kafka's OffsetMetadataManager).
 
-State changes only through `replay` of OffsetCommit records; operations return those records.
+State changes only through `replay` of OffsetCommit records and of end-transaction markers;
+operations return those records.
+
+A transactional offset commit (KIP-98's TxnOffsetCommit) writes the same OffsetCommit records,
+in a transactional batch of the producer. Replayed, they are *pending*: OffsetFetch does not
+see them until the producer's COMMIT marker on the same partition makes them committed; its
+ABORT marker drops them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
@@ -15,6 +21,7 @@ from broker.coordinator.runtime import Record
 
 TopicPartition = tuple[str, int]
 NO_OFFSET = -1
+NO_PRODUCER_ID = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,26 +40,124 @@ class CommittedOffset:
     offset: int
     leader_epoch: int
     metadata: str
+    # UNSTABLE_OFFSET_COMMIT when stable offsets were asked for and a transaction still holds
+    # a pending offset of the partition: the consumer retries rather than start from an
+    # offset that is about to change.
+    error_code: ErrorCode = ErrorCode.none
+
+
+UNSTABLE = CommittedOffset(NO_OFFSET, -1, "", ErrorCode.unstable_offset_commit)
+
+
+@dataclass(frozen=True, slots=True)
+class _Stored:
+    value: OffsetCommitValue
+    # Where its record came in the replay: log order within a partition, and a group never
+    # spans partitions. When a commit marker meets a committed offset, the later record wins
+    # (Kafka compares the records' log offsets), so a plain commit made after a transactional
+    # one survives the transaction's commit.
+    order: int
+
+
+@dataclass(slots=True)
+class _Transaction:
+    """One producer's pending offsets, by group."""
+
+    producer_epoch: int
+    offsets: dict[str, dict[TopicPartition, _Stored]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class RestatedBatch:
+    """Records compaction writes as one batch: transactional for `producer_id`, or plain when
+    it is NO_PRODUCER_ID."""
+
+    producer_id: int
+    producer_epoch: int
+    records: list[Record]
+
+
+def _everywhere(_group_id: str) -> bool:
+    return True
 
 
 class OffsetManager:
     def __init__(self, metadata_max_bytes: int, retention_ms: int) -> None:
         self.metadata_max_bytes = metadata_max_bytes
         self.retention_ms = retention_ms
-        self._offsets: dict[str, dict[TopicPartition, OffsetCommitValue]] = {}
+        self._offsets: dict[str, dict[TopicPartition, _Stored]] = {}
+        self._pending: dict[int, _Transaction] = {}  # by producer id
+        # group id -> producers holding pending offsets of it (Kafka's openTransactionsByGroup)
+        self._open: dict[str, set[int]] = {}
+        self._replayed = 0
 
     # -- replay --------------------------------------------------------------------------------
 
-    def replay(self, key: OffsetCommitKey, value: OffsetCommitValue | None) -> None:
-        tp = (key.topic, key.partition)
+    def replay(
+        self,
+        key: OffsetCommitKey,
+        value: OffsetCommitValue | None,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = -1,
+    ) -> None:
+        """Replay one OffsetCommit record; `producer_id` is that of a transactional batch."""
+        group_id, tp = key.group_id, (key.topic, key.partition)
+        order = self._replayed
+        self._replayed += 1
         if value is None:
-            group = self._offsets.get(key.group_id)
+            # A tombstone (OffsetDelete, DeleteGroups, expiry) also drops what transactions
+            # hold for the partition: their marker then has nothing left to apply there.
+            group = self._offsets.get(group_id)
             if group is not None:
                 group.pop(tp, None)
                 if not group:
-                    del self._offsets[key.group_id]
+                    del self._offsets[group_id]
+            for pid in list(self._open.get(group_id, ())):
+                self._drop_pending(pid, group_id, tp)
+        elif producer_id == NO_PRODUCER_ID:
+            self._offsets.setdefault(group_id, {})[tp] = _Stored(value, order)
         else:
-            self._offsets.setdefault(key.group_id, {})[tp] = value
+            txn = self._pending.setdefault(producer_id, _Transaction(producer_epoch))
+            txn.producer_epoch = producer_epoch
+            txn.offsets.setdefault(group_id, {})[tp] = _Stored(value, order)
+            self._open.setdefault(group_id, set()).add(producer_id)
+
+    def end_transaction(
+        self, producer_id: int, commit: bool, in_scope: Callable[[str], bool] = _everywhere
+    ) -> None:
+        """Replay the producer's COMMIT or ABORT marker for the groups `in_scope` (those of the
+        partition that holds the marker: a producer may hold offsets on several)."""
+        txn = self._pending.get(producer_id)
+        if txn is None:
+            return
+        for group_id in [g for g in txn.offsets if in_scope(g)]:
+            pending = txn.offsets.pop(group_id)
+            self._close(group_id, producer_id)
+            if not commit:
+                continue
+            committed = self._offsets.setdefault(group_id, {})
+            for tp, stored in pending.items():
+                current = committed.get(tp)
+                if current is None or stored.order > current.order:
+                    committed[tp] = stored
+        if not txn.offsets:
+            del self._pending[producer_id]
+
+    def _drop_pending(self, producer_id: int, group_id: str, tp: TopicPartition) -> None:
+        txn = self._pending[producer_id]
+        group = txn.offsets.get(group_id)
+        if group is None or group.pop(tp, None) is None or group:
+            return
+        del txn.offsets[group_id]
+        self._close(group_id, producer_id)
+        if not txn.offsets:
+            del self._pending[producer_id]
+
+    def _close(self, group_id: str, producer_id: int) -> None:
+        producers = self._open[group_id]
+        producers.discard(producer_id)
+        if not producers:
+            del self._open[group_id]
 
     # -- operations ----------------------------------------------------------------------------
 
@@ -64,7 +169,8 @@ class OffsetManager:
         expire_timestamp: int = -1,
     ) -> tuple[list[Record], dict[TopicPartition, ErrorCode]]:
         """The records of a commit the group has already validated, and per-partition errors
-        (metadata too large is refused per partition, as Kafka does)."""
+        (metadata too large is refused per partition, as Kafka does). A transactional commit
+        has the same records; the runtime writes them in the producer's batch."""
         records, errors = [], {}
         for p in partitions:
             tp = (p.topic, p.partition)
@@ -88,26 +194,41 @@ class OffsetManager:
         return records, errors
 
     def fetch(
-        self, group_id: str, partitions: Iterable[TopicPartition] | None
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition] | None,
+        require_stable: bool = False,
     ) -> dict[TopicPartition, CommittedOffset | None]:
-        """Committed offsets of `partitions` (None: every partition with one)."""
+        """Committed offsets of `partitions` (None: every partition with one). With
+        `require_stable`, a partition a transaction holds a pending offset of is UNSTABLE."""
         group = self._offsets.get(group_id, {})
         wanted = group.keys() if partitions is None else partitions
         result: dict[TopicPartition, CommittedOffset | None] = {}
         for tp in wanted:
-            value = group.get(tp)
-            result[tp] = (
-                CommittedOffset(value.offset, value.leader_epoch, value.metadata or "")
-                if value is not None
-                else None
-            )
+            stored = group.get(tp)
+            if require_stable and self.has_pending(group_id, tp):
+                result[tp] = UNSTABLE
+            elif stored is None:
+                result[tp] = None
+            else:
+                value = stored.value
+                result[tp] = CommittedOffset(value.offset, value.leader_epoch, value.metadata or "")
         return result
 
     def has_offsets(self, group_id: str) -> bool:
-        return bool(self._offsets.get(group_id))
+        """Whether the group has offsets, committed or pending: either keeps a group without
+        members alive (Kafka's "simple" group)."""
+        return bool(self._offsets.get(group_id)) or group_id in self._open
+
+    def has_pending(self, group_id: str, tp: TopicPartition | None = None) -> bool:
+        """Whether an ongoing transaction holds offsets of the group (of partition `tp`)."""
+        producers = self._open.get(group_id)
+        if not producers:
+            return False
+        return tp is None or any(tp in self._pending[p].offsets[group_id] for p in producers)
 
     def groups(self) -> list[str]:
-        return list(self._offsets)
+        return list(dict.fromkeys([*self._offsets, *self._open]))
 
     def topics(self, group_id: str) -> set[str]:
         return {topic for topic, _ in self._offsets.get(group_id, {})}
@@ -115,9 +236,12 @@ class OffsetManager:
     def delete_records(
         self, group_id: str, partitions: Iterable[TopicPartition] | None = None
     ) -> list[Record]:
-        """Tombstones for the group's offsets of `partitions` (None: all of them)."""
-        group = self._offsets.get(group_id, {})
-        wanted = list(group) if partitions is None else [tp for tp in partitions if tp in group]
+        """Tombstones for the group's offsets of `partitions` (None: all of them), pending ones
+        included, as Kafka's OffsetDelete and DeleteGroups do."""
+        known = dict.fromkeys(self._offsets.get(group_id, {}))
+        for producer_id in self._open.get(group_id, ()):
+            known.update(dict.fromkeys(self._pending[producer_id].offsets[group_id]))
+        wanted = list(known) if partitions is None else [tp for tp in partitions if tp in known]
         return [
             Record(OffsetCommitKey(group_id=group_id, topic=t, partition=p), None)
             for t, p in wanted
@@ -128,22 +252,49 @@ class OffsetManager:
     ) -> list[Record]:
         """Tombstones for offsets whose retention has passed. Kafka keeps offsets while the
         group is alive: the caller asks only for groups that are empty, passing `since_ms`, the
-        time the group became empty (retention counts from the later of that and the commit)."""
+        time the group became empty (retention counts from the later of that and the commit).
+        An offset an ongoing transaction is about to replace is kept until its marker."""
         group = self._offsets.get(group_id, {})
         expired = []
-        for tp, value in group.items():
+        for tp, stored in group.items():
+            value = stored.value
             if value.expire_timestamp >= 0:
                 dead = now_ms >= value.expire_timestamp
             else:
                 base = max(value.commit_timestamp, since_ms or 0)
                 dead = now_ms - base >= self.retention_ms
-            if dead:
+            if dead and not self.has_pending(group_id, tp):
                 expired.append(tp)
         return self.delete_records(group_id, expired)
 
     def snapshot_records(self, group_id: str) -> list[Record]:
-        """The records that rebuild this group's offsets from nothing (for compaction)."""
+        """The committed offsets of the group as plain records (pending ones: `restatement`)."""
         return [
-            Record(OffsetCommitKey(group_id=group_id, topic=t, partition=p), value)
-            for (t, p), value in self._offsets.get(group_id, {}).items()
+            Record(OffsetCommitKey(group_id=group_id, topic=t, partition=p), stored.value)
+            for (t, p), stored in self._offsets.get(group_id, {}).items()
         ]
+
+    def restatement(self, group_ids: Iterable[str]) -> list[RestatedBatch]:
+        """The batches that rebuild these groups' offsets, committed and pending, from nothing
+        (compaction). Records keep their replay order, which the commit markers still to come
+        depend on; a batch breaks wherever the producer changes."""
+        entries: list[tuple[int, int, int, Record]] = []
+        for group_id in group_ids:
+            for (t, p), stored in self._offsets.get(group_id, {}).items():
+                key = OffsetCommitKey(group_id=group_id, topic=t, partition=p)
+                entries.append((stored.order, NO_PRODUCER_ID, -1, Record(key, stored.value)))
+            for producer_id in self._open.get(group_id, ()):
+                txn = self._pending[producer_id]
+                for (t, p), stored in txn.offsets[group_id].items():
+                    key = OffsetCommitKey(group_id=group_id, topic=t, partition=p)
+                    record = Record(key, stored.value)
+                    entries.append((stored.order, producer_id, txn.producer_epoch, record))
+        entries.sort(key=lambda entry: entry[0])
+        batches: list[RestatedBatch] = []
+        for _, producer_id, producer_epoch, record in entries:
+            last = batches[-1] if batches else None
+            if last and (last.producer_id, last.producer_epoch) == (producer_id, producer_epoch):
+                last.records.append(record)
+            else:
+                batches.append(RestatedBatch(producer_id, producer_epoch, [record]))
+        return batches

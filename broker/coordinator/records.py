@@ -211,7 +211,7 @@ class ConsumerGroupRegularExpressionValue:
 
 
 class CorruptRecordError(ValueError):
-    """Bytes that are not a valid `__consumer_offsets` record."""
+    """Bytes that are not a valid record of a coordinator topic."""
 
 
 _MAX_VERSION = 0x7FFF
@@ -436,10 +436,83 @@ _RECORD_TYPES = (
     ),
 )
 
-_BY_TYPE_ID = {t.type_id: t for t in _RECORD_TYPES}
-# Record type 0 is the pre-0.10.1 offset commit key: the same fields, read only.
-_BY_TYPE_ID[0] = _BY_TYPE_ID[1]
-_BY_KEY_CLASS = {t.key.cls: t for t in _RECORD_TYPES}
+
+class RecordCodec:
+    """The binary codec of one coordinator topic's records: the key's int16 picks the record
+    type, the value's int16 its version (Kafka's CoordinatorRecordSerde)."""
+
+    def __init__(
+        self, topic: str, types: tuple[_RecordType, ...], read_only: dict[int, int] | None = None
+    ) -> None:
+        self.topic = topic
+        self._by_type_id = {t.type_id: t for t in types}
+        for alias, type_id in (read_only or {}).items():
+            self._by_type_id[alias] = self._by_type_id[type_id]
+        self._by_key_class = {t.key.cls: t for t in types}
+
+    def encode(
+        self, record: Record, *, value_version: int | None = None
+    ) -> tuple[bytes, bytes | None]:
+        """The key and value bytes of a record as Kafka writes them; None for a tombstone's
+        value. The value is written at the version Kafka 4.x writes; `value_version`
+        overrides it."""
+        record_type = self._by_key_class.get(type(record.key))
+        if record_type is None:
+            raise TypeError(f"not a {self.topic} key: {type(record.key).__name__}")
+        if record.value is not None and type(record.value) is not record_type.value.cls:
+            raise TypeError(
+                f"{type(record.value).__name__} is not the value of {type(record.key).__name__}"
+            )
+        try:
+            key = io.BytesIO()
+            writers.write_int16(key, record_type.type_id)
+            _write_struct(key, record_type.key, record.key, 0, False)
+            if record.value is None:
+                return key.getvalue(), None
+            version = (
+                record_type.write_version(record.value) if value_version is None else value_version
+            )
+            if not 0 <= version <= record_type.max_version:
+                raise ValueError(f"{record_type.value.cls.__name__} has no version {version}")
+            value = io.BytesIO()
+            writers.write_int16(value, version)
+            _write_struct(
+                value,
+                record_type.value,
+                record.value,
+                version,
+                version >= record_type.flexible_from,
+            )
+            return key.getvalue(), value.getvalue()
+        except (struct.error, SerialError) as e:
+            raise ValueError(f"cannot encode {record}: {e}") from e
+
+    def decode(self, key: bytes, value: bytes | None) -> Record:
+        """The record of a key and value read from the topic (value None: a tombstone).
+        Raises CorruptRecordError on anything that is not a valid record."""
+        try:
+            key_buf = memoryview(key)
+            type_id, offset = readers.read_int16(key_buf, 0)
+            record_type = self._by_type_id.get(type_id)
+            if record_type is None:
+                raise CorruptRecordError(f"unknown record type {type_id}")
+            record_key = _read_message(key_buf, offset, record_type.key, 0, False)
+            if value is None:
+                return Record(record_key, None)
+            value_buf = memoryview(value)
+            version, offset = readers.read_int16(value_buf, 0)
+            if not 0 <= version <= record_type.max_version:
+                raise CorruptRecordError(
+                    f"unsupported {record_type.value.cls.__name__} version {version}"
+                )
+            flexible = version >= record_type.flexible_from
+            return Record(
+                record_key, _read_message(value_buf, offset, record_type.value, version, flexible)
+            )
+        except CorruptRecordError:
+            raise
+        except (SerialError, ValueError, OverflowError) as e:
+            raise CorruptRecordError(f"malformed {self.topic} record: {e}") from e
 
 
 def _read_uuid(buffer: memoryview, offset: int) -> tuple[uuid.UUID, int]:
@@ -595,65 +668,7 @@ def _read_message(buf: memoryview, offset: int, spec: _Struct, version: int, fle
     return message
 
 
-def encode_record(
-    record: Record, *, value_version: int | None = None
-) -> tuple[bytes, bytes | None]:
-    """The key and value bytes of a record as Kafka writes them; None for a tombstone's value.
-
-    The value is written at the version Kafka 4.x writes (OffsetCommitValue and GroupMetadataValue:
-    the highest non-flexible version, 3; OffsetCommitValue 1 when it carries an expire timestamp);
-    `value_version` overrides it."""
-    record_type = _BY_KEY_CLASS.get(type(record.key))
-    if record_type is None:
-        raise TypeError(f"not a __consumer_offsets key: {type(record.key).__name__}")
-    if record.value is not None and type(record.value) is not record_type.value.cls:
-        raise TypeError(
-            f"{type(record.value).__name__} is not the value of {type(record.key).__name__}"
-        )
-    try:
-        key = io.BytesIO()
-        writers.write_int16(key, record_type.type_id)
-        _write_struct(key, record_type.key, record.key, 0, False)
-        if record.value is None:
-            return key.getvalue(), None
-        version = (
-            record_type.write_version(record.value) if value_version is None else value_version
-        )
-        if not 0 <= version <= record_type.max_version:
-            raise ValueError(f"{record_type.value.cls.__name__} has no version {version}")
-        value = io.BytesIO()
-        writers.write_int16(value, version)
-        _write_struct(
-            value, record_type.value, record.value, version, version >= record_type.flexible_from
-        )
-        return key.getvalue(), value.getvalue()
-    except (struct.error, SerialError) as e:
-        raise ValueError(f"cannot encode {record}: {e}") from e
-
-
-def decode_record(key: bytes, value: bytes | None) -> Record:
-    """The record of a key and value read from `__consumer_offsets` (value None: a tombstone).
-    Raises CorruptRecordError on anything that is not a valid record."""
-    try:
-        key_buf = memoryview(key)
-        type_id, offset = readers.read_int16(key_buf, 0)
-        record_type = _BY_TYPE_ID.get(type_id)
-        if record_type is None:
-            raise CorruptRecordError(f"unknown record type {type_id}")
-        record_key = _read_message(key_buf, offset, record_type.key, 0, False)
-        if value is None:
-            return Record(record_key, None)
-        value_buf = memoryview(value)
-        version, offset = readers.read_int16(value_buf, 0)
-        if not 0 <= version <= record_type.max_version:
-            raise CorruptRecordError(
-                f"unsupported {record_type.value.cls.__name__} version {version}"
-            )
-        flexible = version >= record_type.flexible_from
-        return Record(
-            record_key, _read_message(value_buf, offset, record_type.value, version, flexible)
-        )
-    except CorruptRecordError:
-        raise
-    except (SerialError, ValueError, OverflowError) as e:
-        raise CorruptRecordError(f"malformed __consumer_offsets record: {e}") from e
+# Record type 0 is the pre-0.10.1 offset commit key: the same fields, read only.
+OFFSETS_CODEC = RecordCodec("__consumer_offsets", _RECORD_TYPES, read_only={0: 1})
+encode_record = OFFSETS_CODEC.encode
+decode_record = OFFSETS_CODEC.decode

@@ -19,12 +19,17 @@ from broker.apis.registry import API_SPECS, CONSUMER_PROTOCOL_APIS
 from broker.config import BrokerConfig, render, validate_dynamic_broker_configs
 from broker.coordinator.config import GroupCoordinatorConfig
 from broker.coordinator.group_coordinator import GroupCoordinator
+from broker.coordinator.transaction_coordinator import (
+    TransactionCoordinator,
+    TransactionCoordinatorConfig,
+)
 from broker.metadata.image import MetadataImage, TopicMetadata
 from broker.metadata.store import SqliteMetadataStore
 from broker.server.connection import KafkaConnection
 from broker.server.coordinator_runtime import CoordinatorRuntime
 from broker.server.metrics import BrokerMetrics, serve_metrics
 from broker.server.replica_manager import ReplicaManager
+from broker.server.transaction_runtime import TransactionRuntime
 from broker.storage import Log, LogManager
 
 log = logging.getLogger("broker")
@@ -103,6 +108,13 @@ class Broker:
         self.coordinator_runtime = CoordinatorRuntime(self, self.group_coordinator)
         replayed = self.coordinator_runtime.load()
         log.info("group coordinator loaded %d record(s) from __consumer_offsets", replayed)
+        self.transaction_coordinator = TransactionCoordinator(
+            TransactionCoordinatorConfig.from_broker(self.config)
+        )
+        self.transaction_runtime = TransactionRuntime(self, self.transaction_coordinator)
+        self.metrics.add_transaction_gauges(self.transaction_coordinator)
+        replayed = self.transaction_runtime.load()
+        log.info("transaction coordinator loaded %d record(s) from __transaction_state", replayed)
 
         loop = asyncio.get_running_loop()
         for name, host, port in self.config.listeners():
@@ -136,6 +148,14 @@ class Broker:
                     in_thread=True,
                 ),
                 self._every("producer.id.expiration.check.interval.ms", self._expire_producer_ids),
+                self._every(
+                    "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+                    lambda now_ms: self.transaction_runtime.abort_timed_out(now_ms),
+                ),
+                self._every(
+                    "transaction.remove.expired.transaction.cleanup.interval.ms",
+                    lambda now_ms: self.transaction_runtime.expire_transactional_ids(now_ms),
+                ),
             )
         ]
         addresses = ", ".join(f"{n}://{h or '0.0.0.0'}:{p}" for n, (h, p) in self.bound.items())

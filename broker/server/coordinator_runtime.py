@@ -4,6 +4,10 @@ An operation's records are appended to the group's partition of `__consumer_offs
 batch (a single write, so an operation is all-or-nothing after a crash), replayed into the
 state machine, and only then is the operation's response released. Timers become one loop
 timer armed at the earliest deadline. At start-up every partition is replayed from its log.
+
+Transactional offset commits are written as a transactional batch of the producer and replay
+as pending; the transaction coordinator ends them with `complete_transaction`, which writes the
+COMMIT or ABORT marker to the group's partition and replays it.
 """
 
 from __future__ import annotations
@@ -14,20 +18,24 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 
+from kio.schema.errors import ErrorCode
+
 from broker.coordinator.group_coordinator import GroupCoordinator
+from broker.coordinator.offsets import NO_PRODUCER_ID
 from broker.coordinator.records import decode_record, encode_record
 from broker.coordinator.runtime import Deferred, Record, Result
-from broker.records.batch import build_batch, decode_batch, iter_batches, read_header
+from broker.records.batch import Record as BatchRecord
+from broker.records.control import COMMIT, parse_marker
+from broker.records.errors import InvalidRecordError
+from broker.server.coordinator_log import Compactor, LiveBatch, append_records, read_batches
+from broker.storage.producer_state import ProducerStateError
 
 log = logging.getLogger("broker.coordinator")
 
 OFFSETS_TOPIC = "__consumer_offsets"
-READ_CHUNK = 1 << 20
 # A partition is compacted once its log is this much larger than its live state last was, so
 # start-up replay stays proportional to the live state (general log compaction comes later).
 COMPACTION_MIN_BYTES = 16 << 20
-COMPACTION_GROWTH = 2
-SNAPSHOT_BATCH_RECORDS = 1000
 
 
 def _now_ms() -> int:
@@ -40,7 +48,7 @@ class CoordinatorRuntime:
         self.coordinator = coordinator
         self._timer_handle: asyncio.TimerHandle | None = None
         self._create_lock = asyncio.Lock()
-        self._snapshot_bytes: dict[int, int] = {}  # partition -> size after its last compaction
+        self._compactor = Compactor(COMPACTION_MIN_BYTES)
         coordinator.timer.on_change = self._arm_timer
 
     # -- start-up ------------------------------------------------------------------------------
@@ -52,11 +60,30 @@ class CoordinatorRuntime:
         if topic is not None:
             for partition in range(topic.partitions):
                 log_ = self.broker.replica_manager.log(OFFSETS_TOPIC, partition)
-                for record in _read_records(log_):
-                    self.coordinator.replay(record)
-                    replayed += 1
+                replayed += self._replay_log(partition, log_)
         self.coordinator.on_loaded(_now_ms())
         self._arm_timer()
+        return replayed
+
+    def _replay_log(self, partition: int, log_) -> int:
+        """Replay one partition: plain batches are state, transactional ones pending offsets of
+        their producer, control batches the end of that producer's transaction. Pending
+        offsets without a marker stay pending: the transaction coordinator ends them later."""
+        replayed = 0
+        for header, records in read_batches(log_):
+            if header.is_control:
+                marker = _marker_type(records)
+                if marker is not None:
+                    self.coordinator.replay_end_transaction(
+                        partition, header.producer_id, marker == COMMIT
+                    )
+                continue
+            producer_id = header.producer_id if header.is_transactional else NO_PRODUCER_ID
+            for r in records:
+                self.coordinator.replay(
+                    decode_record(r.key, r.value), producer_id, header.producer_epoch
+                )
+                replayed += 1
         return replayed
 
     async def ensure_offsets_topic(self) -> None:
@@ -89,8 +116,57 @@ class CoordinatorRuntime:
             return await future
         return response
 
-    def apply(self, records: list[Record]) -> None:
-        """Append `records` (one batch per partition, in order) and replay them."""
+    async def run_transactional(
+        self, group_id: str, producer_id: int, producer_epoch: int, op: Callable[[int], Result]
+    ):
+        """Run `op` (a TxnOffsetCommit) for `group_id` inside the producer's transaction: its
+        records are appended as one transactional batch of the producer and replay as pending
+        until `complete_transaction`. Raises ProducerStateError (INVALID_PRODUCER_EPOCH) when
+        the partition has seen a newer epoch of the producer: the producer is fenced."""
+        await self.ensure_offsets_topic()
+        log_ = self._log(self.coordinator.partition_for(group_id))
+        entry = log_.producer_state.producers.get(producer_id)
+        if entry is not None and producer_epoch < entry.producer_epoch:
+            raise ProducerStateError(
+                ErrorCode.invalid_producer_epoch,
+                f"Epoch of producer {producer_id} is {producer_epoch}, which is smaller than "
+                f"the last seen epoch {entry.producer_epoch}",
+            )
+        result = op(_now_ms())
+        self.apply(result.records, producer_id, producer_epoch)
+        return result.response
+
+    def complete_transaction(
+        self,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> None:
+        """Write the producer's COMMIT or ABORT marker to `partition` of `__consumer_offsets`
+        and replay it: the producer's pending offsets of the groups there become committed or
+        are dropped (the transaction coordinator's WriteTxnMarkers to this broker). Raises the
+        log's ProducerStateError, writing and replaying nothing, for a zombie marker."""
+        if self.broker.image.topic(OFFSETS_TOPIC) is None:
+            return  # no offsets were ever committed, transactionally or not
+        now_ms = _now_ms()
+        # Through the replica manager: a read_committed fetch parked on the partition (an
+        # operator debugging the topic) is released by the marker like by any append.
+        self.broker.replica_manager.append_marker(
+            OFFSETS_TOPIC, partition, producer_id, producer_epoch, commit, coordinator_epoch, now_ms
+        )
+        self.coordinator.replay_end_transaction(partition, producer_id, commit)
+        self._maybe_compact(partition, now_ms)
+
+    def apply(
+        self,
+        records: list[Record],
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = -1,
+    ) -> None:
+        """Append `records` (one batch per partition, in order; transactional when a producer
+        is given) and replay them."""
         if not records:
             return
         by_partition: dict[int, list[Record]] = defaultdict(list)
@@ -98,40 +174,54 @@ class CoordinatorRuntime:
             by_partition[self.coordinator.partition_for(record.key.group_id)].append(record)
         now_ms = _now_ms()
         for partition, group_records in by_partition.items():
-            self._append(partition, group_records, now_ms)
+            self._append(partition, group_records, now_ms, producer_id, producer_epoch)
         for record in records:
-            self.coordinator.replay(record)
+            self.coordinator.replay(record, producer_id, producer_epoch)
         for partition in by_partition:
             self._maybe_compact(partition, now_ms)
 
-    def _append(self, partition: int, records: list[Record], now_ms: int) -> None:
-        log_ = self.broker.replica_manager.log(OFFSETS_TOPIC, partition)
-        batch = build_batch([(*encode_record(r), [], now_ms) for r in records])
-        log_.append(
-            batch,
-            read_header(batch),
-            now_ms=now_ms,
-            leader_epoch=self.broker.replica_manager.leader_epoch,
+    def _log(self, partition: int):
+        return self.broker.replica_manager.log(OFFSETS_TOPIC, partition)
+
+    def _append(
+        self,
+        partition: int,
+        records: list[Record],
+        now_ms: int,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = -1,
+    ) -> None:
+        append_records(
+            self._log(partition),
+            [encode_record(r) for r in records],
+            now_ms,
+            self.broker.replica_manager.leader_epoch,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            transactional=producer_id != NO_PRODUCER_ID,
         )
 
     def _maybe_compact(self, partition: int, now_ms: int) -> None:
         """Restate the partition's live state in a fresh segment and drop everything older.
+        Pending transactional offsets are restated in transactional batches of their producer
+        and epoch, so the markers still to come apply to them after a restart.
+
         A crash midway leaves old records followed by (part of) the restatement: replay gives
-        the same state either way."""
-        log_ = self.broker.replica_manager.log(OFFSETS_TOPIC, partition)
-        limit = max(
-            COMPACTION_MIN_BYTES, COMPACTION_GROWTH * self._snapshot_bytes.get(partition, 0)
-        )
-        if log_.size_in_bytes < limit:
+        the same state either way, except in one corner: a partition of a group with both a
+        pending transactional offset and a committed one (or pending ones of two producers)
+        whose restated records were cut apart may, at the commit marker, materialize the
+        older of the two."""
+        log_ = self._log(partition)
+        if not self._compactor.due(partition, log_):
             return
-        log_.roll(now_ms)
-        start = log_.log_end_offset
-        live = self.coordinator.snapshot_records(partition)
-        for i in range(0, len(live), SNAPSHOT_BATCH_RECORDS):
-            self._append(partition, live[i : i + SNAPSHOT_BATCH_RECORDS], now_ms)
-        log_.delete_records_before(start)
-        self._snapshot_bytes[partition] = log_.size_in_bytes
-        log.info("compacted %s-%d: %d live record(s)", OFFSETS_TOPIC, partition, len(live))
+        live = [
+            LiveBatch([encode_record(r) for r in b.records], b.producer_id, b.producer_epoch)
+            for b in self.coordinator.snapshot_batches(partition)
+        ]
+        restated = self._compactor.compact(
+            partition, log_, live, now_ms, self.broker.replica_manager.leader_epoch
+        )
+        log.info("compacted %s-%d: %d live record(s)", OFFSETS_TOPIC, partition, restated)
 
     # -- timers --------------------------------------------------------------------------------
 
@@ -162,16 +252,13 @@ class CoordinatorRuntime:
             self._timer_handle = None
 
 
-def _read_records(log_):
-    """Every record of a coordinator partition, in offset order."""
-    offset = log_.log_start_offset
-    while offset < log_.log_end_offset:
-        data = log_.read(offset, READ_CHUNK)
-        if not data.size:
-            break
-        buf = b"".join(bytes(c) for c in data.records)
-        for pos, header in iter_batches(buf):
-            _, records = decode_batch(buf[pos : pos + header.size])
-            for r in records:
-                yield decode_record(r.key, r.value)
-            offset = header.next_offset
+def _marker_type(records: list[BatchRecord]) -> int | None:
+    """COMMIT or ABORT for a control batch holding a transaction marker; None for any other
+    control record, which Kafka's coordinator loader skips too."""
+    if not records:
+        return None
+    try:
+        marker, _coordinator_epoch = parse_marker(records[0].key, records[0].value)
+    except InvalidRecordError:
+        return None
+    return marker

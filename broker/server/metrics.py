@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
+
+from broker.coordinator.transaction_records import TransactionState
 
 log = logging.getLogger("broker.metrics")
 
@@ -62,8 +65,45 @@ class BrokerMetrics:
     def add_partition_gauges(self, partitions: Callable[[], Iterable[tuple[str, int, object]]]):
         self.registry.register(_PartitionCollector(partitions))
 
+    def add_transaction_gauges(self, coordinator) -> None:
+        self.registry.register(_TransactionCollector(coordinator))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _TransactionCollector:
+    """The transaction coordinator's gauges (seed 000): ids it knows, transactions open, and
+    how long the oldest has been open — a hanging transaction shows as a growing age."""
+
+    def __init__(self, coordinator) -> None:
+        self.coordinator = coordinator
+
+    def collect(self):
+        open_states = (
+            TransactionState.ONGOING,
+            TransactionState.PREPARE_COMMIT,
+            TransactionState.PREPARE_ABORT,
+            TransactionState.PREPARE_EPOCH_FENCE,
+        )
+        transactions = self.coordinator.transactions.values()
+        started = [t.start_ms for t in transactions if t.state in open_states]
+        now_ms = int(time.time() * 1000)
+        yield GaugeMetricFamily(
+            "fjord_transactional_ids_active",
+            "Transactional ids the transaction coordinator holds state for.",
+            value=len(transactions),
+        )
+        yield GaugeMetricFamily(
+            "fjord_transactions_ongoing",
+            "Transactions begun and not yet completed.",
+            value=len(started),
+        )
+        yield GaugeMetricFamily(
+            "fjord_transactions_oldest_ongoing_age_seconds",
+            "Age of the oldest transaction not yet completed (0 when none is open).",
+            value=max(0, now_ms - min(started)) / 1000 if started else 0,
+        )
 
 
 class _PartitionCollector:
@@ -76,6 +116,11 @@ class _PartitionCollector:
             "High watermark of each partition.",
             labels=["topic", "partition"],
         )
+        lso = GaugeMetricFamily(
+            "fjord_partition_last_stable_offset",
+            "Last stable offset of each partition: where read_committed consumers stop.",
+            labels=["topic", "partition"],
+        )
         start = GaugeMetricFamily(
             "fjord_partition_log_start_offset",
             "Log start offset of each partition.",
@@ -85,9 +130,11 @@ class _PartitionCollector:
         for topic, partition, log_ in self.partitions():
             labels = [topic, str(partition)]
             hw.add_metric(labels, log_.high_watermark)
+            lso.add_metric(labels, log_.last_stable_offset)
             start.add_metric(labels, log_.log_start_offset)
             producer_ids += len(log_.producer_state)
         yield hw
+        yield lso
         yield start
         # Kafka's ReplicaManager ProducerIdCount: producer ids with state, summed over partitions.
         yield GaugeMetricFamily(

@@ -1,7 +1,9 @@
 """Partitions hosted by this broker: their logs, leader epochs and the fetches parked on them.
 
 Kafka's ReplicaManager plus its fetch purgatory. A parked fetch is woken by the appends that give
-it enough bytes, never by a polling loop.
+it enough bytes, never by a polling loop: read_uncommitted fetches count the bytes appended,
+read_committed ones the bytes that fell below the last stable offset (a marker can release a
+whole transaction at once).
 """
 
 from __future__ import annotations
@@ -15,24 +17,40 @@ from kio.schema.errors import ErrorCode
 
 from broker.config import BrokerConfig
 from broker.metadata.image import MetadataImage, TopicMetadata
-from broker.storage import Log, LogConfig, LogManager
+from broker.storage import AppendResult, Log, LogConfig, LogManager
+from broker.storage.producer_state import ProducerStateError
 
 TopicPartition = tuple[str, int]
 
 
 @dataclass(eq=False)
 class FetchWaiter:
-    """A fetch waiting for `needed` more bytes to arrive on any of `partitions`."""
+    """A fetch waiting for `needed` more bytes to arrive on any of `partitions` (to fall below
+    their LSOs, for read_committed)."""
 
     needed: int
     partitions: list[TopicPartition]
     future: asyncio.Future = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
+    read_committed: bool = False
+    # read_committed: each partition's Log.stable_bytes when last seen, and the bytes that
+    # fell below the LSOs since parking.
+    _stable_seen: dict[TopicPartition, int] = field(default_factory=dict)
+    _stable_gained: int = 0
 
     def on_append(self, size: int) -> None:
         self.needed -= size
         if self.needed <= 0 and not self.future.done():
+            self.future.set_result(None)
+
+    def on_stable(self, tp: TopicPartition, stable_bytes: int) -> None:
+        seen = self._stable_seen.get(tp)
+        self._stable_seen[tp] = stable_bytes
+        if seen is None:
+            return  # the baseline, taken when parked
+        self._stable_gained += stable_bytes - seen
+        if self._stable_gained >= self.needed and not self.future.done():
             self.future.set_result(None)
 
 
@@ -114,15 +132,63 @@ class ReplicaManager:
     def appended(self, tp: TopicPartition, size: int) -> None:
         waiters = self._waiters.get(tp)
         if waiters:
+            log = None
             for waiter in list(waiters):
-                waiter.on_append(size)
+                if not waiter.read_committed:
+                    waiter.on_append(size)
+                    continue
+                if log is None:
+                    log = self.log_manager.get(*tp)
+                if log is not None:
+                    waiter.on_stable(tp, log.stable_bytes)
+
+    def append_marker(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        now_ms: int,
+    ) -> AppendResult:
+        """Write a COMMIT or ABORT marker (WriteTxnMarkers) and wake the fetches parked on the
+        partition: the LSO moved. Raises ProducerStateError with the partition's error code:
+        UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED.
+        The caller flushes first when `flush_due` is set, as Produce does."""
+        log = self.log_manager.get(topic, partition)
+        if log is None:
+            raise ProducerStateError(
+                ErrorCode.unknown_topic_or_partition,
+                f"No log for {topic}-{partition} to write the transaction marker to",
+            )
+        result = log.append_marker(
+            producer_id,
+            producer_epoch,
+            commit,
+            coordinator_epoch,
+            now_ms=now_ms,
+            leader_epoch=self.leader_epoch,
+        )
+        self.appended((topic, partition), result.size)
+        return result
+
+    def last_stable_offset(self, topic: str, partition: int) -> int:
+        """The partition's LSO (-1 without a log), as reported with its high watermark."""
+        log = self.log_manager.get(topic, partition)
+        return -1 if log is None else log.last_stable_offset
 
     def parked(self, tp: TopicPartition) -> int:
-        """How many fetches are waiting for data on `tp`."""
-        return len(self._waiters.get(tp, ()))
+        """How many fetches are waiting for data on `tp`; one already woken is not (it is
+        only waiting for its turn on the event loop to answer)."""
+        return sum(not w.future.done() for w in self._waiters.get(tp, ()))
 
     def park(self, waiter: FetchWaiter) -> None:
         for tp in waiter.partitions:
+            if waiter.read_committed:
+                log = self.log_manager.get(*tp)
+                if log is not None:
+                    waiter.on_stable(tp, log.stable_bytes)
             self._waiters[tp].add(waiter)
 
     def unpark(self, waiter: FetchWaiter) -> None:

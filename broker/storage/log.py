@@ -8,17 +8,21 @@ import shutil
 import struct
 import threading
 import time
-from bisect import bisect_right
-from collections.abc import Callable
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Set
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.records.batch import BatchHeader, iter_batches, with_log_append_time
+from broker.records.batch import BatchHeader, iter_batches, read_header, with_log_append_time
+from broker.records.control import build_control_batch, read_control
+from broker.records.errors import InvalidRecordError
 from broker.storage.config import LogConfig
 from broker.storage.errors import OffsetOutOfRangeError
 from broker.storage.producer_state import (
     SNAPSHOT_SUFFIX,
+    CompletedTxn,
     CorruptSnapshotError,
+    ProducerSnapshot,
     ProducerStateManager,
     snapshot_file_name,
 )
@@ -29,6 +33,7 @@ from broker.storage.segment import (
     TIME_INDEX_SUFFIX,
     LogSegment,
 )
+from broker.storage.transaction_index import TXN_INDEX_SUFFIX
 
 logger = logging.getLogger("broker.storage.log")
 
@@ -46,16 +51,19 @@ class AppendResult:
     # flush.messages was reached: the caller fsyncs (flush()) before acknowledging, off the
     # event loop, since an fsync may take milliseconds.
     flush_due: bool = False
+    size: int = 0  # bytes written: what parked fetches count
 
 
 @dataclass(slots=True)
 class FetchData:
     """Whole batches as file slices; `first_offset` is the first returned batch's base offset
-    (the requested offset when nothing is returned)."""
+    (the requested offset when nothing is returned), `next_offset` the offset after the last
+    returned batch (the requested offset when nothing is returned)."""
 
     records: list[bytes | memoryview]
     size: int
     first_offset: int
+    next_offset: int = -1
 
 
 def _now_ms() -> int:
@@ -76,6 +84,13 @@ class Log:
         self._dir_dirty = False  # created or renamed files the directory entry must persist
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self.producer_state = ProducerStateManager()
+        # Base offsets of the segments whose txn index has entries, ascending: read_committed
+        # fetches look only at these, so logs without aborted transactions pay nothing.
+        self._aborted_bases: list[int] = []
+        # Bytes appended since open, and the count when each ongoing transaction began (those
+        # begun before open count as 0): what read_committed long polls measure (stable_bytes).
+        self._appended_bytes = 0
+        self._txn_start_bytes: dict[int, int] = {}
         # Serialises structural changes against flush()/read() running in worker threads;
         # fsync itself happens outside it so appends never wait for the disk.
         self._lock = threading.RLock()
@@ -112,10 +127,14 @@ class Log:
         first_unflushed = len(segments)
         if not clean_shutdown and segments:
             first_unflushed = max(0, bisect_right(bases, recovery_point) - 1)
+        # Recovered segments get their txn index rebuilt from the markers they hold: a crash
+        # may have cut the log before a marker, or come between a marker and its entry.
+        rebuild_txn_index: set[int] = set()
         for i, segment in enumerate(segments):
             is_last = i == len(segments) - 1
             if i >= first_unflushed or needs_rebuild[i]:
                 truncated = segment.recover(segment.base_offset)
+                rebuild_txn_index.add(segment.base_offset)
                 if truncated and i >= first_unflushed:
                     for later in segments[i + 1 :]:
                         later.delete_files()
@@ -123,6 +142,7 @@ class Log:
                     break
             elif is_last and not segment.load_tail():
                 segment.recover(segment.base_offset)
+                rebuild_txn_index.add(segment.base_offset)
         if not segments:
             segments.append(LogSegment.create(directory, max(0, log_start_offset), config, now))
         log = cls(directory, config, segments)
@@ -132,38 +152,77 @@ class Log:
         log._log_start_offset = max(log_start_offset, log._segments[0].base_offset)
         log._recovery_point = max(log._log_start_offset, min(recovery_point, log._log_end_offset))
         log._high_watermark = log._log_end_offset
-        log._load_producer_state()
+        log._load_producer_state(rebuild_txn_index)
+        active = log._segments[-1]
+        if active.base_offset not in rebuild_txn_index:
+            active.txn_index.truncate_to(log._log_end_offset)
+        log._aborted_bases = [s.base_offset for s in log._segments if len(s.txn_index)]
         return log
 
-    def _load_producer_state(self) -> None:
+    def _load_producer_state(self, rebuild_txn_index: Set[int] = frozenset()) -> None:
         """Kafka's loadProducerState: the newest sound snapshot not beyond the log end, then
-        the batches after it. Snapshots past the end (the log was truncated by recovery) or
-        torn ones are deleted, so the state never holds batches the log lost."""
+        the batches and markers after it. Snapshots past the end (the log was truncated by
+        recovery) or torn ones are deleted, so the state never holds batches the log lost.
+
+        Segments in `rebuild_txn_index` have their txn index rebuilt by this replay, so it
+        starts from a snapshot no later than the first of them (as Kafka's recovery rebuilds
+        the producer state up to a segment before recovering it)."""
         for leftover in self.directory.glob(f"*{SNAPSHOT_SUFFIX}.tmp"):  # a write cut short
             leftover.unlink()
         stems = (p.name[: -len(SNAPSHOT_SUFFIX)] for p in self.directory.glob("*.snapshot"))
         offsets = sorted((int(s) for s in stems if len(s) == 20 and s.isdigit()), reverse=True)
+        rebuilt = [s for s in self._segments if s.base_offset in rebuild_txn_index]
+        usable = rebuilt[0].base_offset if rebuilt else self._log_end_offset
         state, replay_from = ProducerStateManager(), self._segments[0].base_offset
         for offset in offsets:
             path = self.directory / snapshot_file_name(offset)
-            if offset <= self._log_end_offset:
-                try:
-                    state = ProducerStateManager.decode_snapshot(path.read_bytes())
-                    replay_from = offset
-                    break
-                except CorruptSnapshotError as e:
-                    logger.warning("deleting producer snapshot %s: %s", path, e)
-            path.unlink()
+            if offset > self._log_end_offset:
+                path.unlink()
+                continue
+            if offset > usable:
+                continue  # sound, but the replay must cover the segments being rebuilt
+            try:
+                state = ProducerStateManager.decode_snapshot(path.read_bytes())
+                replay_from = offset
+                break
+            except CorruptSnapshotError as e:
+                logger.warning("deleting producer snapshot %s: %s", path, e)
+                path.unlink()
+        for segment in rebuilt:
+            segment.txn_index.reset()
         start = max(0, bisect_right(self._bases, replay_from) - 1)
         for segment in self._segments[start:]:
+            rebuilding = segment.base_offset in rebuild_txn_index
             found = segment.translate_offset(replay_from)
             if found is None:
                 continue
-            for _, header in segment.batches_from(found[0]):
-                if header.producer_id >= 0:
+            for pos, header in segment.batches_from(found[0]):
+                if header.producer_id < 0:
+                    continue
+                if not header.is_control:
                     state.update(
                         header, header.base_offset, header.last_offset, header.max_timestamp
                     )
+                    continue
+                marker = _marker_of(segment.read_at(pos, header.size))
+                if marker is None:
+                    continue
+                completed = state.append_end_txn_marker(
+                    header.producer_id,
+                    header.producer_epoch,
+                    marker[0],
+                    marker[1],
+                    header.base_offset,
+                    header.max_timestamp,
+                )
+                if completed is not None and completed.is_aborted and rebuilding:
+                    if segment.txn_index.append(
+                        completed.producer_id,
+                        completed.first_offset,
+                        completed.last_offset,
+                        state.last_stable_offset(completed),
+                    ):
+                        self._dir_dirty = True
         self.producer_state = state
 
     def take_producer_snapshot(self, *, sync: bool = False) -> None:
@@ -187,6 +246,7 @@ class Log:
             segment.delete_files()
         self._segments = [LogSegment.create(self.directory, base_offset, self.config, now_ms)]
         self._bases = [base_offset]
+        self._aborted_bases = []
         self._log_end_offset = base_offset
         self._dir_dirty = True
 
@@ -203,6 +263,34 @@ class Log:
     @property
     def high_watermark(self) -> int:
         return self._high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the earliest ongoing transaction, else the high watermark;
+        never above the high watermark nor below the log start offset (Kafka clamps the first
+        unstable offset to the log start when retention passed it)."""
+        first = self.producer_state.first_unstable_offset
+        if first is None:
+            return self._high_watermark
+        return min(max(first, self._log_start_offset), self._high_watermark)
+
+    @property
+    def stable_bytes(self) -> int:
+        """Bytes appended since open that lie below the last stable offset. It only grows:
+        a read_committed long poll counts its min_bytes in it, so transactional data wakes
+        the poll when its marker lands, not when it is appended."""
+        first = self.producer_state.first_unstable_offset
+        if first is None:
+            return self._appended_bytes
+        return self._txn_start_bytes.get(first, 0)
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """producer id -> first offset of its transaction still waiting for a marker."""
+        return self.producer_state.ongoing_transactions()
+
+    def producers(self) -> list[ProducerSnapshot]:
+        """The producers with state on this partition (DescribeProducers)."""
+        return self.producer_state.active_producers()
 
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark (replication drives it later), kept within [start, end]."""
@@ -245,12 +333,16 @@ class Log:
         Only the first 16 bytes (base offset, length, leader epoch: outside the CRC) are
         replaced, or the whole 61-byte header under LogAppendTime; the rest is handed to
         writev as a view of `data`. With `assign_offsets=False` (replicas, tests) the batch
-        keeps its offsets, which must not go backwards.
+        keeps its offsets, which must not go backwards. A control batch ends its producer's
+        transaction like append_marker, without the zombie checks (a replica's view).
         """
         view = memoryview(data)
         size = header.size
         if len(view) < size:
             raise ValueError(f"batch of {size} bytes given only {len(view)} bytes")
+        marker = None
+        if header.is_control and header.producer_id >= 0:
+            marker = read_control(view[:size])  # a malformed marker is refused, not written
         with self._lock:
             if assign_offsets:
                 base_offset = self._log_end_offset
@@ -275,8 +367,12 @@ class Log:
             self._log_end_offset = last_offset + 1
             self._high_watermark = self._log_end_offset  # single node: every write is committed
             self._unflushed_messages += header.last_offset_delta + 1
-            if header.producer_id >= 0:
-                self.producer_state.update(header, base_offset, last_offset, max_timestamp)
+            if marker is not None:
+                self._end_txn(segment, header, marker, base_offset, max_timestamp)
+            elif header.producer_id >= 0:
+                if self.producer_state.update(header, base_offset, last_offset, max_timestamp):
+                    self._txn_start_bytes[base_offset] = self._appended_bytes
+            self._appended_bytes += size
             must_flush = self._unflushed_messages >= self.config.flush_interval_messages
         return AppendResult(
             base_offset,
@@ -285,7 +381,60 @@ class Log:
             max_timestamp,
             self._log_start_offset,
             must_flush,
+            size,
         )
+
+    def append_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        *,
+        now_ms: int,
+        leader_epoch: int | None,
+    ) -> AppendResult:
+        """Append a COMMIT or ABORT marker for the producer (WriteTxnMarkers), ending its
+        transaction on this partition; an aborted one is added to the txn index.
+
+        Raises ProducerStateError, writing nothing, for a zombie: a producer epoch below the
+        one the partition knows (INVALID_PRODUCER_EPOCH) or a coordinator epoch below the last
+        marker's (TRANSACTION_COORDINATOR_FENCED). A marker for a producer without an ongoing
+        transaction here is still written and records the epochs, as Kafka does."""
+        data = build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
+        header = read_header(data)
+        with self._lock:
+            self.producer_state.check_end_txn_marker(producer_id, producer_epoch, coordinator_epoch)
+            return self.append(data, header, now_ms=now_ms, leader_epoch=leader_epoch)
+
+    def _end_txn(
+        self,
+        segment: LogSegment,
+        header: BatchHeader,
+        marker: tuple[int, int],
+        offset: int,
+        timestamp: int,
+    ) -> CompletedTxn | None:
+        completed = self.producer_state.append_end_txn_marker(
+            header.producer_id, header.producer_epoch, marker[0], marker[1], offset, timestamp
+        )
+        if completed is None:
+            return None
+        self._txn_start_bytes.pop(completed.first_offset, None)
+        if completed.is_aborted:
+            index = segment.txn_index
+            if not len(index):
+                self._aborted_bases.append(segment.base_offset)  # the active one: the largest
+            # Written under the log lock with the marker: a flush that covers the marker
+            # covers its entry too, so only unflushed segments can miss one after a crash.
+            if index.append(
+                completed.producer_id,
+                completed.first_offset,
+                completed.last_offset,
+                self.producer_state.last_stable_offset(completed),
+            ):
+                self._dir_dirty = True
+        return completed
 
     def _maybe_roll(
         self, size: int, max_timestamp: int, last_offset: int, now_ms: int
@@ -349,7 +498,7 @@ class Log:
             raise OffsetOutOfRangeError(
                 f"offset {offset} outside log range [{start}, {end}] of {self.directory.name}"
             )
-        empty = FetchData([], 0, offset)
+        empty = FetchData([], 0, offset, offset)
         if offset == end:
             return empty
         for segment in segments:
@@ -362,18 +511,41 @@ class Log:
             limit = max(0, min(max_bytes, segment.size - position))
             chunk = segment.read_at(position, limit) if limit else b""
             total = 0
+            next_offset = offset
             for pos, batch in iter_batches(chunk):
                 if max_offset is not None and batch.base_offset >= max_offset:
                     break
                 total = pos + batch.size
+                next_offset = batch.next_offset
             if not total:
                 if not min_one_batch:
                     return empty
                 chunk = segment.read_at(position, header.size)
                 total = header.size
+                next_offset = header.next_offset
             data: bytes | memoryview = chunk if total == len(chunk) else memoryview(chunk)[:total]
-            return FetchData([data], total, header.base_offset)
+            return FetchData([data], total, header.base_offset, next_offset)
         return empty
+
+    def aborted_transactions(
+        self, start_offset: int, upper_bound_offset: int
+    ) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions overlapping
+        [start_offset, upper_bound_offset): Kafka's collectAbortedTransactions, from the txn
+        indexes of the segment holding `start_offset` onward until one says the search is
+        complete. Segments without a txn index are never looked at."""
+        out: list[tuple[int, int]] = []
+        with self._lock:
+            if not self._aborted_bases:
+                return out
+            floor = self._bases[max(0, bisect_right(self._bases, start_offset) - 1)]
+            for base in self._aborted_bases[bisect_left(self._aborted_bases, floor) :]:
+                index = self._segments[bisect_left(self._bases, base)].txn_index
+                found, complete = index.collect(start_offset, upper_bound_offset)
+                out += [(t.producer_id, t.first_offset) for t in found]
+                if complete:
+                    break
+        return out
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the earliest record stamped >= `timestamp_ms` (ListOffsets)."""
@@ -470,6 +642,8 @@ class Log:
             self.roll(now_ms)
         del self._segments[: len(deletable)]
         del self._bases[: len(deletable)]
+        first_base = self._bases[0]
+        del self._aborted_bases[: bisect_left(self._aborted_bases, first_base)]
         self._advance_log_start_offset(self._segments[0].base_offset)
         for segment in deletable:
             segment.mark_deleted()
@@ -567,10 +741,19 @@ def _scan_directory(directory: Path) -> list[int]:
             continue
         if "." + suffix == LOG_SUFFIX:
             logs.add(int(stem))
-        elif "." + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        elif "." + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             indexes.setdefault(int(stem), []).append(Path(entry.path))
     for base, paths in indexes.items():
         if base not in logs:  # an index without its log is garbage
             for path in paths:
                 path.unlink(missing_ok=True)
     return sorted(logs)
+
+
+def _marker_of(batch: bytes) -> tuple[int, int] | None:
+    """(control type, coordinator epoch) of a marker found while replaying; None for a
+    control batch that ends nothing (emptied, or not a transaction marker), as in Kafka."""
+    try:
+        return read_control(batch)
+    except InvalidRecordError:
+        return None

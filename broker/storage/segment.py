@@ -1,4 +1,5 @@
-"""One log segment: `<base offset>.log` plus its `.index` and `.timeindex` (Kafka's LogSegment)."""
+"""One log segment: `<base offset>.log` plus its `.index`, `.timeindex` and, once it holds an
+aborted transaction's marker, `.txnindex` (Kafka's LogSegment)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from broker.records.batch import (
 )
 from broker.storage.config import LogConfig
 from broker.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
+from broker.storage.transaction_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -48,6 +50,10 @@ class LogSegment:
             base_offset,
             max(1, config.segment_index_bytes // 12),
         )
+        # Filled by the log: its entries come from the producer state, which the log owns.
+        self.txn_index = TransactionIndex(
+            directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX), base_offset
+        )
         self.index_interval_bytes = config.index_interval_bytes
         self.created_ms = now_ms
         self.max_timestamp_so_far = -1
@@ -68,6 +74,7 @@ class LogSegment:
             segment.size = 0
         segment.offset_index.reset()
         segment.time_index.reset()
+        segment.txn_index.reset()
         return segment
 
     @classmethod
@@ -85,6 +92,7 @@ class LogSegment:
         try:
             segment.offset_index.load(segment.size)
             segment.time_index.load()
+            segment.txn_index.load()
         except CorruptIndexError:
             return segment, True
         ts, offset = segment.time_index.last_entry
@@ -285,6 +293,7 @@ class LogSegment:
         os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -292,16 +301,22 @@ class LogSegment:
             self._fd = -1
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
 
     def mark_deleted(self) -> None:
         """Rename the files to *.deleted; readers holding the fds keep working until close."""
         new_log = self.log_path.with_name(self.log_path.name + DELETED_SUFFIX)
         os.rename(self.log_path, new_log)
         self.log_path = new_log
-        for index in (self.offset_index, self.time_index):
+        for index in (self.offset_index, self.time_index, self.txn_index):
             index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
 
     def delete_files(self) -> None:
         self.close()
-        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+        for path in (
+            self.log_path,
+            self.offset_index.path,
+            self.time_index.path,
+            self.txn_index.path,
+        ):
             path.unlink(missing_ok=True)

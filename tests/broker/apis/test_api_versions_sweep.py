@@ -7,7 +7,7 @@ import pytest
 from kafka_requests import ms, req
 from kio.schema.errors import ErrorCode
 
-from broker.apis import classic_groups, consumer_groups
+from broker.apis import classic_groups, consumer_groups, transactions
 from broker.apis.registry import API_SPECS
 from broker.records.batch import build_batch
 
@@ -288,8 +288,11 @@ EXPECTED_ERRORS = {
     47: ErrorCode.group_id_not_found,
     42: ErrorCode.group_id_not_found,
 }
-# The group protocols' APIs have their own version sweeps beside their other API tests.
-SWEPT_ELSEWHERE = {s.key for s in (*classic_groups.SPECS, *consumer_groups.SPECS)}
+# The group protocols' and the transactions' APIs have their own version sweeps beside their
+# other API tests (test_transactions_api.py for the latter).
+SWEPT_ELSEWHERE = {
+    s.key for s in (*classic_groups.SPECS, *consumer_groups.SPECS, *transactions.SPECS)
+}
 
 CASES = [
     (key, v)

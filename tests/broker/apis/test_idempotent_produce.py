@@ -51,10 +51,7 @@ async def test_init_producer_id_gives_fresh_ids_at_epoch_zero(broker_client, v):
 
 
 @pytest.mark.parametrize("v", VERSIONS)
-async def test_transactional_init_producer_id_waits_for_a_coordinator(broker_client, v):
-    response = await broker_client.send(init_producer_id(v, "txn-1"))
-    assert response.error_code == ErrorCode.coordinator_not_available
-    assert response.producer_id == -1
+async def test_transactional_ids_must_not_be_empty(broker_client, v):
     empty = await broker_client.send(init_producer_id(v, ""))
     assert empty.error_code == ErrorCode.invalid_request
 

@@ -1,0 +1,369 @@
+"""The transaction APIs (KIP-98): AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit,
+WriteTxnMarkers; and the operators' views of KIP-664: ListTransactions, DescribeTransactions,
+DescribeProducers. InitProducerId lives in init_producer_id.py."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+
+from kio.schema.errors import ErrorCode
+
+from broker.apis.base import NO_THROTTLE, ApiSpec, RequestContext
+from broker.coordinator.transaction_records import TransactionState
+from broker.storage.producer_state import ProducerStateError
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def _fenced(error: ErrorCode, ctx: RequestContext, first_version: int) -> ErrorCode:
+    """PRODUCER_FENCED is answered from the version that knows it (KIP-588); older clients get
+    INVALID_PRODUCER_EPOCH, which they treat alike."""
+    if error is ErrorCode.producer_fenced and ctx.api_version < first_version:
+        return ErrorCode.invalid_producer_epoch
+    return error
+
+
+# -- AddPartitionsToTxn ------------------------------------------------------------------------
+
+
+async def handle_add_partitions_to_txn(broker, ctx: RequestContext, request) -> object:
+    topics = [(t.name, tuple(t.partitions)) for t in request.v3_and_below_topics]
+    unknown = {
+        (name, p)
+        for name, partitions in topics
+        for p in partitions
+        if broker.replica_manager.log(name, p) is None
+    }
+    if unknown:
+        # Nothing is added when any partition is unknown; the others are "not attempted".
+        errors = {
+            (name, p): (
+                ErrorCode.unknown_topic_or_partition
+                if (name, p) in unknown
+                else ErrorCode.operation_not_attempted
+            )
+            for name, partitions in topics
+            for p in partitions
+        }
+    else:
+        coordinator = broker.transaction_coordinator
+        error = await broker.transaction_runtime.run(
+            lambda now_ms: coordinator.add_partitions(
+                request.v3_and_below_transactional_id,
+                request.v3_and_below_producer_id,
+                request.v3_and_below_producer_epoch,
+                [(name, p) for name, partitions in topics for p in partitions],
+                now_ms,
+            )
+        )
+        error = _fenced(error, ctx, 2)
+        errors = {(name, p): error for name, partitions in topics for p in partitions}
+    return ctx.response(
+        "AddPartitionsToTxnResponse",
+        throttle_time=NO_THROTTLE,
+        results_by_topic_v3_and_below=tuple(
+            ctx.response(
+                "AddPartitionsToTxnTopicResult",
+                name=name,
+                results_by_partition=tuple(
+                    ctx.response(
+                        "AddPartitionsToTxnPartitionResult",
+                        partition_index=p,
+                        partition_error_code=errors[(name, p)],
+                    )
+                    for p in partitions
+                ),
+            )
+            for name, partitions in topics
+        ),
+    )
+
+
+# -- AddOffsetsToTxn ---------------------------------------------------------------------------
+
+
+async def handle_add_offsets_to_txn(broker, ctx: RequestContext, request) -> object:
+    if not request.group_id:
+        error = ErrorCode.invalid_group_id
+    else:
+        await broker.coordinator_runtime.ensure_offsets_topic()
+        partition = broker.group_coordinator.partition_for(request.group_id)
+        coordinator = broker.transaction_coordinator
+        error = await broker.transaction_runtime.run(
+            lambda now_ms: coordinator.add_partitions(
+                request.transactional_id,
+                request.producer_id,
+                request.producer_epoch,
+                [(OFFSETS_TOPIC, partition)],
+                now_ms,
+            )
+        )
+    return ctx.response(
+        "AddOffsetsToTxnResponse", throttle_time=NO_THROTTLE, error_code=_fenced(error, ctx, 2)
+    )
+
+
+# -- EndTxn ------------------------------------------------------------------------------------
+
+
+async def handle_end_txn(broker, ctx: RequestContext, request) -> object:
+    coordinator = broker.transaction_coordinator
+    error = await broker.transaction_runtime.run(
+        lambda now_ms: coordinator.end_transaction(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            request.committed,
+            now_ms,
+        )
+    )
+    return ctx.response(
+        "EndTxnResponse", throttle_time=NO_THROTTLE, error_code=_fenced(error, ctx, 2)
+    )
+
+
+# -- TxnOffsetCommit ---------------------------------------------------------------------------
+
+
+async def handle_txn_offset_commit(broker, ctx: RequestContext, request) -> object:
+    offsets = {
+        (t.name, p.partition_index): (
+            p.committed_offset,
+            getattr(p, "committed_leader_epoch", -1),
+            p.committed_metadata,
+        )
+        for t in request.topics
+        for p in t.partitions
+    }
+    error = ErrorCode.none
+    if not request.group_id:
+        error = ErrorCode.invalid_group_id
+    else:
+        partition = broker.group_coordinator.partition_for(request.group_id)
+        error = broker.transaction_coordinator.verify_partition(
+            request.producer_id, request.producer_epoch, (OFFSETS_TOPIC, partition)
+        )
+        if error is ErrorCode.invalid_producer_epoch:
+            error = ErrorCode.producer_fenced
+    if error is ErrorCode.none:
+        try:
+            errors = await _commit_pending_offsets(broker, request, offsets)
+        except ProducerStateError:  # the group's partition saw a newer epoch
+            error = ErrorCode.producer_fenced
+    if error is not ErrorCode.none:
+        errors = dict.fromkeys(offsets, _fenced(error, ctx, 3))
+    by_topic: dict[str, list] = {}
+    for (topic, partition), code in errors.items():
+        by_topic.setdefault(topic, []).append(
+            ctx.response(
+                "TxnOffsetCommitResponsePartition", partition_index=partition, error_code=code
+            )
+        )
+    return ctx.response(
+        "TxnOffsetCommitResponse",
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            ctx.response("TxnOffsetCommitResponseTopic", name=name, partitions=tuple(parts))
+            for name, parts in by_topic.items()
+        ),
+    )
+
+
+def _commit_pending_offsets(broker, request, offsets):
+    """The offsets, pending in the group until the transaction's marker."""
+    group_coordinator = broker.group_coordinator
+    return broker.coordinator_runtime.run_transactional(
+        request.group_id,
+        request.producer_id,
+        request.producer_epoch,
+        lambda now_ms: group_coordinator.txn_offset_commit(
+            request.group_id,
+            request.producer_id,
+            request.producer_epoch,
+            getattr(request, "member_id", ""),
+            getattr(request, "generation_id", -1),
+            getattr(request, "group_instance_id", None),
+            offsets,
+            now_ms,
+        ),
+    )
+
+
+# -- WriteTxnMarkers ---------------------------------------------------------------------------
+
+
+def handle_write_txn_markers(broker, ctx: RequestContext, request) -> object:
+    """Markers written on request: what a coordinator sends to partition leaders, and what an
+    operator sends to abort a hanging transaction (kafka-transactions.sh abort, KIP-664)."""
+    now_ms = int(time.time() * 1000)
+    results = []
+    for marker in request.markers:
+        topics = []
+        for topic in marker.topics:
+            partitions = []
+            for p in topic.partition_indexes:
+                error = broker.transaction_runtime.write_marker(
+                    topic.name,
+                    p,
+                    marker.producer_id,
+                    marker.producer_epoch,
+                    marker.transaction_result,
+                    marker.coordinator_epoch,
+                    now_ms,
+                )
+                partitions.append(
+                    ctx.response(
+                        "WritableTxnMarkerPartitionResult", partition_index=p, error_code=error
+                    )
+                )
+            topics.append(
+                ctx.response(
+                    "WritableTxnMarkerTopicResult", name=topic.name, partitions=tuple(partitions)
+                )
+            )
+        results.append(
+            ctx.response(
+                "WritableTxnMarkerResult", producer_id=marker.producer_id, topics=tuple(topics)
+            )
+        )
+    return ctx.response("WriteTxnMarkersResponse", markers=tuple(results))
+
+
+# -- KIP-664: ListTransactions, DescribeTransactions, DescribeProducers -----------------------
+
+_STATE_NAMES = {s.display_name: s for s in TransactionState}
+# Kafka sends -1 for "no transaction started"; kio's timestamp type cannot carry a negative
+# value, so the epoch itself stands for it (no real transaction starts in 1970).
+NO_START_TIME = datetime.fromtimestamp(0, tz=UTC)
+
+
+def handle_list_transactions(broker, ctx: RequestContext, request) -> object:
+    wanted = set(request.state_filters)
+    unknown = sorted(wanted - _STATE_NAMES.keys())
+    states = {_STATE_NAMES[n] for n in wanted if n in _STATE_NAMES}
+    producer_ids = set(request.producer_id_filters)
+    # v1: only transactions running longer than this many ms (-1: no filter).
+    min_duration_ms = getattr(request, "duration_filter", -1)
+    now_ms = int(time.time() * 1000)
+    listed = []
+    for meta in broker.transaction_coordinator.transactions.values():
+        if wanted and meta.state not in states:
+            continue
+        if producer_ids and meta.producer_id not in producer_ids:
+            continue
+        if min_duration_ms >= 0 and (
+            meta.state is not TransactionState.ONGOING or now_ms - meta.start_ms < min_duration_ms
+        ):
+            continue
+        listed.append(
+            ctx.response(
+                "TransactionState",
+                transactional_id=meta.transactional_id,
+                producer_id=meta.producer_id,
+                transaction_state=meta.state.display_name,
+            )
+        )
+    return ctx.response(
+        "ListTransactionsResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        unknown_state_filters=tuple(unknown),
+        transaction_states=tuple(listed),
+    )
+
+
+def handle_describe_transactions(broker, ctx: RequestContext, request) -> object:
+    transactions = broker.transaction_coordinator.transactions
+    states = []
+    for txn_id in request.transactional_ids:
+        meta = transactions.get(txn_id)
+        if meta is None:
+            states.append(
+                ctx.response(
+                    "TransactionState",
+                    error_code=ErrorCode.transactional_id_not_found,
+                    transactional_id=txn_id,
+                    transaction_state="",
+                    transaction_timeout=timedelta(0),
+                    transaction_start_time=NO_START_TIME,
+                    producer_id=-1,
+                    producer_epoch=-1,
+                    topics=(),
+                )
+            )
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(meta.partitions):
+            by_topic.setdefault(topic, []).append(partition)
+        states.append(
+            ctx.response(
+                "TransactionState",
+                error_code=ErrorCode.none,
+                transactional_id=txn_id,
+                transaction_state=meta.state.display_name,
+                transaction_timeout=timedelta(milliseconds=meta.timeout_ms),
+                transaction_start_time=(
+                    datetime.fromtimestamp(meta.start_ms / 1000, tz=UTC)
+                    if meta.start_ms >= 0
+                    else NO_START_TIME
+                ),
+                producer_id=meta.producer_id,
+                producer_epoch=meta.producer_epoch,
+                topics=tuple(
+                    ctx.response("TopicData", topic=t, partitions=tuple(ps))
+                    for t, ps in by_topic.items()
+                ),
+            )
+        )
+    return ctx.response(
+        "DescribeTransactionsResponse", throttle_time=NO_THROTTLE, transaction_states=tuple(states)
+    )
+
+
+def handle_describe_producers(broker, ctx: RequestContext, request) -> object:
+    rm = broker.replica_manager
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for p in topic.partition_indexes:
+            log_, code = rm.lookup(topic.name, p)
+            producers = () if log_ is None else log_.producers()
+            partitions.append(
+                ctx.response(
+                    "PartitionResponse",
+                    partition_index=p,
+                    error_code=code if log_ is None else ErrorCode.none,
+                    error_message=None,
+                    active_producers=tuple(
+                        ctx.response(
+                            "ProducerState",
+                            producer_id=s.producer_id,
+                            producer_epoch=s.producer_epoch,
+                            last_sequence=s.last_sequence,
+                            last_timestamp=s.last_timestamp,
+                            coordinator_epoch=s.coordinator_epoch,
+                            current_txn_start_offset=s.current_txn_start_offset,
+                        )
+                        for s in producers
+                    ),
+                )
+            )
+        topics.append(ctx.response("TopicResponse", name=topic.name, partitions=tuple(partitions)))
+    return ctx.response(
+        "DescribeProducersResponse", throttle_time=NO_THROTTLE, topics=tuple(topics)
+    )
+
+
+SPECS = (
+    # v4+ is the broker-to-broker verification form (KIP-890); clients use up to v3.
+    ApiSpec(24, "AddPartitionsToTxn", 0, 3, handle_add_partitions_to_txn),
+    ApiSpec(25, "AddOffsetsToTxn", 0, 4, handle_add_offsets_to_txn),
+    # EndTxn v5 and TxnOffsetCommit v5 belong to transaction version 2 (KIP-890 part 2).
+    ApiSpec(26, "EndTxn", 0, 4, handle_end_txn),
+    ApiSpec(27, "WriteTxnMarkers", 1, 1, handle_write_txn_markers),
+    ApiSpec(28, "TxnOffsetCommit", 0, 4, handle_txn_offset_commit),
+    ApiSpec(61, "DescribeProducers", 0, 0, handle_describe_producers),
+    ApiSpec(65, "DescribeTransactions", 0, 0, handle_describe_transactions),
+    ApiSpec(66, "ListTransactions", 0, 1, handle_list_transactions),
+)

@@ -1,0 +1,381 @@
+"""The transaction coordinator (KIP-98, seed 000): one state machine per transactional id.
+
+Sans-io like the group coordinator (see coordinator/runtime.py): an operation validates the
+request against the id's metadata and returns the `__transaction_state` record of the
+transition plus its response; the runtime appends the record, replays it here and answers.
+
+Ending a transaction is two-phase, as in Kafka: PrepareCommit/PrepareAbort is written first
+(from then on the outcome is decided and survives a crash), then the runtime writes a COMMIT or
+ABORT marker to every partition of the transaction (`MarkerJob`), then CompleteCommit /
+CompleteAbort. Start-up replay finds the transactions caught between the two and finishes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from kio.schema.errors import ErrorCode
+
+from broker.coordinator.placement import partition_for
+from broker.coordinator.runtime import Record
+from broker.coordinator.transaction_records import (
+    TransactionLogKey,
+    TransactionLogValue,
+    TransactionPartitions,
+)
+from broker.coordinator.transaction_records import TransactionState as S
+
+# Kafka bumps to a new producer id rather than let the epoch reach Short.MAX_VALUE.
+MAX_PRODUCER_EPOCH = 32767 - 1
+NO_PRODUCER_ID = -1
+
+TopicPartition = tuple[str, int]
+_PREPARED = {S.PREPARE_COMMIT: S.COMPLETE_COMMIT, S.PREPARE_ABORT: S.COMPLETE_ABORT}
+_IN_FLIGHT = {S.PREPARE_COMMIT, S.PREPARE_ABORT, S.PREPARE_EPOCH_FENCE}
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionCoordinatorConfig:
+    state_log_partitions: int = 50  # transaction.state.log.num.partitions
+    max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
+    id_expiration_ms: int = 604_800_000  # transactional.id.expiration.ms
+
+    @classmethod
+    def from_broker(cls, config) -> TransactionCoordinatorConfig:
+        return cls(
+            config["transaction.state.log.num.partitions"],
+            config["transaction.max.timeout.ms"],
+            config["transactional.id.expiration.ms"],
+        )
+
+
+@dataclass(slots=True)
+class TransactionMetadata:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: S
+    partitions: frozenset[TopicPartition] = frozenset()
+    start_ms: int = -1
+    last_update_ms: int = -1
+    previous_producer_id: int = NO_PRODUCER_ID
+    # In memory only, as in Kafka: the epoch before the last bump, so that a retried
+    # InitProducerId (KIP-360) gets the same answer instead of a second bump.
+    last_producer_epoch: int = -1
+
+    def record(self) -> Record:
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(self.partitions):
+            by_topic.setdefault(topic, []).append(partition)
+        return Record(
+            TransactionLogKey(self.transactional_id),
+            TransactionLogValue(
+                producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch,
+                transaction_timeout_ms=self.timeout_ms,
+                transaction_status=int(self.state),
+                transaction_partitions=tuple(
+                    TransactionPartitions(t, tuple(ps)) for t, ps in by_topic.items()
+                ),
+                transaction_last_update_timestamp_ms=self.last_update_ms,
+                transaction_start_timestamp_ms=self.start_ms,
+                previous_producer_id=self.previous_producer_id,
+            ),
+        )
+
+    @classmethod
+    def from_record(cls, transactional_id: str, value: TransactionLogValue) -> TransactionMetadata:
+        return cls(
+            transactional_id,
+            value.producer_id,
+            value.producer_epoch,
+            value.transaction_timeout_ms,
+            S(value.transaction_status),
+            frozenset(
+                (tp.topic, p) for tp in value.transaction_partitions or () for p in tp.partition_ids
+            ),
+            value.transaction_start_timestamp_ms,
+            value.transaction_last_update_timestamp_ms,
+            value.previous_producer_id,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MarkerJob:
+    """Markers the runtime must write before the transaction can complete."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    partitions: frozenset[TopicPartition]
+
+
+@dataclass(slots=True)
+class TxnResult:
+    records: list[Record] = field(default_factory=list)
+    response: object = None
+    markers: list[MarkerJob] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class InitProducerIdResponse:
+    error: ErrorCode
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = -1
+
+
+class TransactionCoordinator:
+    def __init__(self, config: TransactionCoordinatorConfig) -> None:
+        self.config = config
+        self.transactions: dict[str, TransactionMetadata] = {}
+        self._by_producer_id: dict[int, str] = {}
+
+    def partition_for(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.config.state_log_partitions)
+
+    # -- replay ------------------------------------------------------------------------------
+
+    def replay(self, record: Record) -> None:
+        txn_id = record.key.transactional_id
+        old = self.transactions.pop(txn_id, None)
+        if old is not None:
+            self._by_producer_id.pop(old.producer_id, None)
+        if record.value is None:
+            return  # expired
+        meta = TransactionMetadata.from_record(txn_id, record.value)
+        if old is not None and old.producer_id == meta.producer_id:
+            if old.producer_epoch == meta.producer_epoch:
+                meta.last_producer_epoch = old.last_producer_epoch
+            elif meta.state is S.EMPTY:
+                meta.last_producer_epoch = old.producer_epoch  # bumped by InitProducerId
+            # else bumped to fence (a timeout or a new instance): the old epoch is no retry
+        self.transactions[txn_id] = meta
+        self._by_producer_id[meta.producer_id] = txn_id
+
+    def pending_markers(self) -> list[MarkerJob]:
+        """After start-up replay: transactions whose outcome was decided (Prepare* written)
+        but whose markers may not all have been written."""
+        jobs = []
+        for meta in self.transactions.values():
+            if meta.state in _PREPARED:
+                jobs.append(_markers(meta))
+        return jobs
+
+    # -- InitProducerId ----------------------------------------------------------------------
+
+    def init_producer_id(
+        self,
+        transactional_id: str,
+        timeout_ms: int,
+        producer_id: int,
+        producer_epoch: int,
+        fresh_producer_id: int,
+        now_ms: int,
+    ) -> TxnResult:
+        """`fresh_producer_id` is used when the id needs a new producer id (first use, or its
+        epoch is exhausted); the caller allocates it beforehand so that this stays sync."""
+        if not 0 < timeout_ms <= self.config.max_timeout_ms:
+            return TxnResult(response=InitProducerIdResponse(ErrorCode.invalid_transaction_timeout))
+        meta = self.transactions.get(transactional_id)
+        if meta is None:
+            meta = TransactionMetadata(
+                transactional_id, fresh_producer_id, 0, timeout_ms, S.EMPTY, frozenset(), -1, now_ms
+            )
+            return _transition(meta, InitProducerIdResponse(ErrorCode.none, fresh_producer_id, 0))
+        if producer_id != NO_PRODUCER_ID:
+            # KIP-360: a producer resuming names the id and epoch it had.
+            if producer_id == meta.producer_id and producer_epoch == meta.last_producer_epoch:
+                if meta.state not in _IN_FLIGHT:  # a retry whose answer was lost
+                    return TxnResult(
+                        response=InitProducerIdResponse(
+                            ErrorCode.none, meta.producer_id, meta.producer_epoch
+                        )
+                    )
+            elif (producer_id, producer_epoch) != (meta.producer_id, meta.producer_epoch):
+                return TxnResult(response=InitProducerIdResponse(ErrorCode.producer_fenced))
+        if meta.state in _IN_FLIGHT:
+            return TxnResult(response=InitProducerIdResponse(ErrorCode.concurrent_transactions))
+        if meta.state is S.ONGOING:
+            # Fence the previous instance: its transaction is aborted under a bumped epoch, and
+            # the caller retries (CONCURRENT_TRANSACTIONS) once the abort completed.
+            result = self._abort(meta, now_ms, bump_epoch=True)
+            result.response = InitProducerIdResponse(ErrorCode.concurrent_transactions)
+            return result
+        if meta.producer_epoch >= MAX_PRODUCER_EPOCH:
+            new = replace(
+                meta,
+                producer_id=fresh_producer_id,
+                producer_epoch=0,
+                previous_producer_id=meta.producer_id,
+            )
+        else:
+            new = replace(meta, producer_epoch=meta.producer_epoch + 1)
+        new.last_producer_epoch = meta.producer_epoch
+        new.timeout_ms, new.state, new.partitions = timeout_ms, S.EMPTY, frozenset()
+        new.start_ms, new.last_update_ms = -1, now_ms
+        return _transition(
+            new, InitProducerIdResponse(ErrorCode.none, new.producer_id, new.producer_epoch)
+        )
+
+    # -- AddPartitionsToTxn / AddOffsetsToTxn -------------------------------------------------
+
+    def add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+        now_ms: int,
+    ) -> TxnResult:
+        """Response: the error for every partition (Kafka answers one error for all)."""
+        meta = self.transactions.get(transactional_id)
+        error = _producer_error(meta, producer_id, producer_epoch)
+        if error is ErrorCode.none and meta.state in _IN_FLIGHT:
+            error = ErrorCode.concurrent_transactions
+        if error is not ErrorCode.none:
+            return TxnResult(response=error)
+        added = frozenset(partitions)
+        if meta.state is S.ONGOING and added <= meta.partitions:
+            return TxnResult(response=ErrorCode.none)
+        new = replace(meta, partitions=meta.partitions | added, last_update_ms=now_ms)
+        if meta.state is not S.ONGOING:
+            new.state, new.start_ms = S.ONGOING, now_ms
+            new.partitions = added
+        return _transition(new, ErrorCode.none)
+
+    # -- EndTxn ------------------------------------------------------------------------------
+
+    def end_transaction(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        now_ms: int,
+    ) -> TxnResult:
+        meta = self.transactions.get(transactional_id)
+        error = _producer_error(meta, producer_id, producer_epoch)
+        if error is not ErrorCode.none:
+            return TxnResult(response=error)
+        state = meta.state
+        if state is S.ONGOING:
+            if commit:
+                return self._prepare(meta, S.PREPARE_COMMIT, now_ms)
+            return self._abort(meta, now_ms, bump_epoch=False)
+        done = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
+        if state is done:
+            return TxnResult(response=ErrorCode.none)  # a retry of an EndTxn that completed
+        in_flight = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
+        if state is in_flight or state is S.PREPARE_EPOCH_FENCE:
+            return TxnResult(response=ErrorCode.concurrent_transactions)
+        return TxnResult(response=ErrorCode.invalid_txn_state)
+
+    def complete(self, transactional_id: str, now_ms: int) -> list[Record]:
+        """The markers of a prepared transaction are written: CompleteCommit/CompleteAbort."""
+        meta = self.transactions.get(transactional_id)
+        if meta is None or meta.state not in _PREPARED:
+            return []
+        new = replace(
+            meta, state=_PREPARED[meta.state], partitions=frozenset(), last_update_ms=now_ms
+        )
+        return [new.record()]
+
+    # -- timers ------------------------------------------------------------------------------
+
+    def abort_timed_out(self, now_ms: int) -> TxnResult:
+        """Transactions open longer than their timeout are aborted under a bumped epoch, so
+        the producer that left them is fenced (Kafka's abortTimedOutTransactions)."""
+        result = TxnResult()
+        for meta in list(self.transactions.values()):
+            if meta.state is S.ONGOING and meta.start_ms + meta.timeout_ms <= now_ms:
+                aborted = self._abort(meta, now_ms, bump_epoch=True)
+                result.records += aborted.records
+                result.markers += aborted.markers
+        return result
+
+    def expire_transactional_ids(self, now_ms: int) -> list[Record]:
+        """Ids idle for transactional.id.expiration.ms with no transaction open are removed
+        (a tombstone); a later InitProducerId starts them afresh."""
+        return [
+            Record(TransactionLogKey(meta.transactional_id), None)
+            for meta in self.transactions.values()
+            if meta.state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+            and meta.last_update_ms + self.config.id_expiration_ms <= now_ms
+        ]
+
+    # -- produce verification and admin views ------------------------------------------------
+
+    def verify_partition(
+        self, producer_id: int, producer_epoch: int, topic_partition: TopicPartition
+    ) -> ErrorCode:
+        """A transactional Produce is accepted only for a partition its ongoing transaction
+        added (Kafka's partition verification, KIP-890 part 1): a zombie or a producer that
+        skipped AddPartitionsToTxn cannot leave a transaction hanging."""
+        txn_id = self._by_producer_id.get(producer_id)
+        meta = self.transactions.get(txn_id) if txn_id is not None else None
+        if meta is None:
+            return ErrorCode.invalid_producer_id_mapping
+        if producer_epoch < meta.producer_epoch:
+            return ErrorCode.invalid_producer_epoch
+        if meta.state is not S.ONGOING or topic_partition not in meta.partitions:
+            return ErrorCode.invalid_txn_state
+        return ErrorCode.none
+
+    def transactional_id_of(self, producer_id: int) -> str | None:
+        return self._by_producer_id.get(producer_id)
+
+    def snapshot_records(self, partition: int) -> list[Record]:
+        """The live state of one `__transaction_state` partition, for its compaction."""
+        return [
+            meta.record()
+            for txn_id, meta in self.transactions.items()
+            if self.partition_for(txn_id) == partition
+        ]
+
+    # -- transitions -------------------------------------------------------------------------
+
+    def _prepare(self, meta: TransactionMetadata, state: S, now_ms: int) -> TxnResult:
+        new = replace(meta, state=state, last_update_ms=now_ms)
+        result = _transition(new, ErrorCode.none)
+        if meta.partitions:
+            result.markers.append(_markers(new))
+        else:
+            result.records += self._complete_record(new, now_ms)
+        return result
+
+    def _abort(self, meta: TransactionMetadata, now_ms: int, *, bump_epoch: bool) -> TxnResult:
+        if bump_epoch and meta.producer_epoch < MAX_PRODUCER_EPOCH:
+            meta = replace(meta, producer_epoch=meta.producer_epoch + 1)
+        return self._prepare(meta, S.PREPARE_ABORT, now_ms)
+
+    @staticmethod
+    def _complete_record(meta: TransactionMetadata, now_ms: int) -> list[Record]:
+        done = replace(
+            meta, state=_PREPARED[meta.state], partitions=frozenset(), last_update_ms=now_ms
+        )
+        return [done.record()]
+
+
+def _transition(meta: TransactionMetadata, response) -> TxnResult:
+    return TxnResult([meta.record()], response)
+
+
+def _markers(meta: TransactionMetadata) -> MarkerJob:
+    return MarkerJob(
+        meta.transactional_id,
+        meta.producer_id,
+        meta.producer_epoch,
+        meta.state is S.PREPARE_COMMIT,
+        meta.partitions,
+    )
+
+
+def _producer_error(meta: TransactionMetadata | None, producer_id: int, epoch: int) -> ErrorCode:
+    if meta is None or meta.producer_id != producer_id:
+        return ErrorCode.invalid_producer_id_mapping
+    if epoch != meta.producer_epoch:
+        return ErrorCode.producer_fenced
+    return ErrorCode.none

@@ -1,0 +1,184 @@
+"""Runs the transaction coordinator on the event loop (see coordinator/transaction_coordinator.py).
+
+An operation's record is appended to the transactional id's partition of `__transaction_state`
+and replayed before the response leaves. When a transaction ends, its markers are written to
+every partition it touched — data partitions through the replica manager, a group's
+`__consumer_offsets` partition through the group coordinator's runtime, which turns pending
+transactional offsets into commits — and then the completion record is appended. Everything
+happens in one turn of the loop, so no other request sees a half-ended transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+
+from kio.schema.errors import ErrorCode
+
+from broker.coordinator.runtime import Record
+from broker.coordinator.transaction_coordinator import MarkerJob, TransactionCoordinator, TxnResult
+from broker.coordinator.transaction_records import (
+    TRANSACTION_STATE_TOPIC,
+    decode_transaction_record,
+    encode_transaction_record,
+)
+from broker.server.coordinator_log import Compactor, LiveBatch, append_records, read_batches
+from broker.storage.producer_state import ProducerStateError
+
+log = logging.getLogger("broker.coordinator.transactions")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+COMPACTION_MIN_BYTES = 16 << 20
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TransactionRuntime:
+    def __init__(self, broker, coordinator: TransactionCoordinator) -> None:
+        self.broker = broker
+        self.coordinator = coordinator
+        self._create_lock = asyncio.Lock()
+        self._compactor = Compactor(COMPACTION_MIN_BYTES)
+
+    # -- start-up ------------------------------------------------------------------------------
+
+    def load(self) -> int:
+        """Replay `__transaction_state`, then finish the transactions a crash left between
+        their Prepare record and their markers; returns the records replayed."""
+        replayed = 0
+        topic = self.broker.image.topic(TRANSACTION_STATE_TOPIC)
+        if topic is not None:
+            for partition in range(topic.partitions):
+                log_ = self.broker.replica_manager.log(TRANSACTION_STATE_TOPIC, partition)
+                for _, records in read_batches(log_):
+                    for r in records:
+                        self.coordinator.replay(decode_transaction_record(r.key, r.value))
+                        replayed += 1
+        now_ms = _now_ms()
+        for job in self.coordinator.pending_markers():
+            self._end(job, now_ms)
+        return replayed
+
+    async def ensure_state_topic(self) -> None:
+        """Create `__transaction_state` on first use, as Kafka does."""
+        if self.broker.image.topic(TRANSACTION_STATE_TOPIC) is not None:
+            return
+        async with self._create_lock:
+            await self.broker.create_topic(
+                TRANSACTION_STATE_TOPIC,
+                self.coordinator.config.state_log_partitions,
+                # Never deleted by time or size: the runtime compacts it itself.
+                {
+                    "retention.ms": "-1",
+                    "segment.bytes": str(self.broker.config["transaction.state.log.segment.bytes"]),
+                },
+            )
+
+    # -- operations ----------------------------------------------------------------------------
+
+    async def run(self, op):
+        """Run `op(now_ms) -> TxnResult`: append and replay its records, write the markers of
+        any transaction it ended, then answer."""
+        await self.ensure_state_topic()
+        return self.apply(op(_now_ms()))
+
+    def apply(self, result: TxnResult):
+        now_ms = _now_ms()
+        self._append(result.records, now_ms)
+        for job in result.markers:
+            self._end(job, now_ms)
+        return result.response
+
+    def abort_timed_out(self, now_ms: int) -> None:
+        if self.broker.image.topic(TRANSACTION_STATE_TOPIC) is not None:
+            self.apply(self.coordinator.abort_timed_out(now_ms))
+
+    def expire_transactional_ids(self, now_ms: int) -> None:
+        if self.broker.image.topic(TRANSACTION_STATE_TOPIC) is not None:
+            self._append(self.coordinator.expire_transactional_ids(now_ms), now_ms)
+
+    def write_marker(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        now_ms: int,
+    ) -> ErrorCode:
+        """Write one COMMIT/ABORT marker: to a data partition, or to a group's partition of
+        `__consumer_offsets`, where the group coordinator also settles the pending offsets."""
+        rm = self.broker.replica_manager
+        if rm.log(topic, partition) is None:
+            return ErrorCode.unknown_topic_or_partition
+        try:
+            if topic == OFFSETS_TOPIC:
+                self.broker.coordinator_runtime.complete_transaction(
+                    partition, producer_id, producer_epoch, commit, coordinator_epoch
+                )
+            else:
+                rm.append_marker(
+                    topic, partition, producer_id, producer_epoch, commit, coordinator_epoch, now_ms
+                )
+        except ProducerStateError as e:
+            # The partition knows a newer epoch of this producer: the marker is stale.
+            return e.error_code
+        return ErrorCode.none
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _end(self, job: MarkerJob, now_ms: int) -> None:
+        coordinator_epoch = self.broker.replica_manager.leader_epoch
+        for topic, partition in sorted(job.partitions):
+            # A deleted topic has nothing left to mark; a refused marker is a stale one.
+            error = self.write_marker(
+                topic,
+                partition,
+                job.producer_id,
+                job.producer_epoch,
+                job.commit,
+                coordinator_epoch,
+                now_ms,
+            )
+            if error not in (ErrorCode.none, ErrorCode.unknown_topic_or_partition):
+                log.warning("marker for %s on %s-%d refused: %s", job, topic, partition, error)
+        self._append(self.coordinator.complete(job.transactional_id, now_ms), now_ms)
+
+    def _append(self, records: list[Record], now_ms: int) -> None:
+        if not records:
+            return
+        rm = self.broker.replica_manager
+        by_partition: dict[int, list[Record]] = defaultdict(list)
+        for record in records:
+            by_partition[self.coordinator.partition_for(record.key.transactional_id)].append(record)
+        for partition, partition_records in by_partition.items():
+            log_ = rm.log(TRANSACTION_STATE_TOPIC, partition)
+            append_records(
+                log_,
+                [encode_transaction_record(r) for r in partition_records],
+                now_ms,
+                rm.leader_epoch,
+            )
+        for record in records:
+            self.coordinator.replay(record)
+        for partition in by_partition:
+            log_ = rm.log(TRANSACTION_STATE_TOPIC, partition)
+            if self._compactor.due(partition, log_):
+                live = [
+                    encode_transaction_record(r)
+                    for r in self.coordinator.snapshot_records(partition)
+                ]
+                restated = self._compactor.compact(
+                    partition, log_, [LiveBatch(live)], now_ms, rm.leader_epoch
+                )
+                log.info(
+                    "compacted %s-%d: %d live record(s)",
+                    TRANSACTION_STATE_TOPIC,
+                    partition,
+                    restated,
+                )
