@@ -1,8 +1,11 @@
-"""python -m bench [--only fjord|tansu] [--quick] [--groups | --no-groups]
+"""python -m bench [--only fjord|tansu] [--quick] [--groups | --no-groups | --transactions]
+[--no-transactions]
 
 Starts each broker in turn on this machine, drives both with the same rdkafka_performance
 workload, prints the Fjord/Tansu table and writes it to bench/results/; then measures
-consumer groups (Fjord only: classic and consumer protocol) and writes latest-groups.md.
+consumer groups (Fjord only: classic and consumer protocol) and writes latest-groups.md;
+then transactions (Fjord only: transactional against idempotent produce, read_committed
+against read_uncommitted consume) and writes latest-transactions.md.
 Exit code 1 when a broker that ran failed, 2 when --only names one that cannot run here.
 """
 
@@ -18,7 +21,7 @@ from pathlib import Path
 
 import confluent_kafka
 
-from bench import brokers, build, groups, loadgen, report, workload
+from bench import brokers, build, groups, loadgen, report, transactions, workload
 
 
 def main() -> int:
@@ -28,16 +31,25 @@ def main() -> int:
     part = parser.add_mutually_exclusive_group()
     part.add_argument("--groups", action="store_true", help="only the consumer-group part")
     part.add_argument("--no-groups", action="store_true", help="skip the consumer-group part")
+    part.add_argument("--transactions", action="store_true", help="only the transactions part")
+    parser.add_argument("--no-transactions", action="store_true", help="skip transactions")
     args = parser.parse_args()
     # A terminated run unwinds like Ctrl-C, so the broker it started is stopped too.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    if args.transactions:
+        return _transactions(args)
     code = 0 if args.groups else _throughput(args)
-    if args.no_groups or code == 2:
+    if code == 2:
         return code
     if args.only == brokers.TANSU.name:
         print(f"\n== consumer groups: not run, {groups.REFERENCE_NOTE}")
+        print(f"== transactions: not run, {transactions.REFERENCE_NOTE}")
         return code
-    return max(code, _groups(args))
+    if not args.no_groups:
+        code = max(code, _groups(args))
+    if args.groups or args.no_transactions:
+        return code
+    return max(code, _transactions(args))
 
 
 def _throughput(args: argparse.Namespace) -> int:
@@ -86,17 +98,28 @@ def _throughput(args: argparse.Namespace) -> int:
 
 
 def _groups(args: argparse.Namespace) -> int:
+    return _fjord_part(args, "consumer groups", "groups", groups, only=args.groups)
+
+
+def _transactions(args: argparse.Namespace) -> int:
+    return _fjord_part(args, "transactions", "transactions", transactions, only=args.transactions)
+
+
+def _fjord_part(args: argparse.Namespace, title: str, key: str, part, *, only: bool) -> int:
+    """A benchmark part measured on Fjord alone (`part` has REFERENCE_NOTE, QUICK, FULL, run
+    and markdown); its results go to bench/results/latest-<key>.md."""
     reason = brokers.FJORD.unavailable()
     if reason:
-        print(f"== consumer groups: skipped, {reason}", flush=True)
-        return 2 if args.only or args.groups else 0
-    print(f"\n== consumer groups, fjord ({groups.REFERENCE_NOTE})", flush=True)
-    section, ok = groups.run(groups.QUICK if args.quick else groups.FULL)
-    result = {**_header(args), "groups": section}
+        print(f"== {title}: skipped, {reason}", flush=True)
+        return 2 if args.only or only else 0
+    print(f"\n== {title}, fjord ({part.REFERENCE_NOTE})", flush=True)
+    header = _header(args)  # the load average before this part's own load
+    section, ok = part.run(part.QUICK if args.quick else part.FULL)
+    result = {**header, key: section}
     print()
-    print(groups.markdown(result))
-    stem = "-groups" + ("-quick" if args.quick else "")
-    for path in report.write(result, stem, groups.markdown):
+    print(part.markdown(result))
+    stem = f"-{key}" + ("-quick" if args.quick else "")
+    for path in report.write(result, stem, part.markdown):
         print(f"wrote {path.relative_to(brokers.REPO_DIR)}")
     return 0 if ok else 1
 
