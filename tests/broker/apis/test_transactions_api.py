@@ -4,6 +4,7 @@ AddOffsetsToTxn, TxnOffsetCommit, EndTxn) and the operators' views and abort (KI
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -349,3 +350,17 @@ async def test_state_survives_a_restart_and_a_timed_out_transaction_is_aborted(t
 def test_every_transaction_api_version_is_exercised_here():
     """The general sweep leaves these APIs to this file."""
     assert {s.key for s in transactions.SPECS} == {24, 25, 26, 27, 28, 61, 65, 66}
+
+
+async def test_idle_transactional_ids_expire(tmp_path):
+    overrides = {
+        "transactional.id.expiration.ms": "1",
+        "transaction.remove.expired.transaction.cleanup.interval.ms": "10",
+    }
+    async with running_broker(tmp_path / "logs", **overrides) as (broker, client):
+        await client.send(init_producer_id("idle"))
+        transactions = broker.transaction_coordinator.transactions
+        while "idle" in transactions:  # the removal runs every 10 ms on the broker's loop
+            await asyncio.sleep(0.01)
+    async with running_broker(tmp_path / "logs", **overrides) as (broker, client):
+        assert "idle" not in broker.transaction_coordinator.transactions  # a tombstone
