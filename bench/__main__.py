@@ -1,11 +1,14 @@
-"""python -m bench [--only fjord|tansu] [--quick] [--groups | --no-groups | --transactions]
-[--no-transactions]
+"""python -m bench [--only fjord|tansu] [--quick]
+[--groups | --no-groups | --transactions | --fetch-sessions] [--no-transactions]
+[--no-fetch-sessions]
 
 Starts each broker in turn on this machine, drives both with the same rdkafka_performance
 workload, prints the Fjord/Tansu table and writes it to bench/results/; then measures
 consumer groups (Fjord only: classic and consumer protocol) and writes latest-groups.md;
 then transactions (Fjord only: transactional against idempotent produce, read_committed
-against read_uncommitted consume) and writes latest-transactions.md.
+against read_uncommitted consume) and writes latest-transactions.md; then incremental fetch
+sessions (Fjord only: full against incremental fetches of 10 to 10,000 idle partitions) and
+writes latest-fetch_sessions.md.
 Exit code 1 when a broker that ran failed, 2 when --only names one that cannot run here.
 """
 
@@ -21,7 +24,16 @@ from pathlib import Path
 
 import confluent_kafka
 
-from bench import brokers, build, groups, loadgen, report, transactions, workload
+from bench import (
+    brokers,
+    build,
+    fetch_sessions,
+    groups,
+    loadgen,
+    report,
+    transactions,
+    workload,
+)
 
 
 def main() -> int:
@@ -32,24 +44,37 @@ def main() -> int:
     part.add_argument("--groups", action="store_true", help="only the consumer-group part")
     part.add_argument("--no-groups", action="store_true", help="skip the consumer-group part")
     part.add_argument("--transactions", action="store_true", help="only the transactions part")
+    part.add_argument(
+        "--fetch-sessions", action="store_true", help="only the incremental fetch sessions part"
+    )
     parser.add_argument("--no-transactions", action="store_true", help="skip transactions")
+    parser.add_argument(
+        "--no-fetch-sessions", action="store_true", help="skip incremental fetch sessions"
+    )
     args = parser.parse_args()
     # A terminated run unwinds like Ctrl-C, so the broker it started is stopped too.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     if args.transactions:
         return _transactions(args)
+    if args.fetch_sessions:
+        return _fetch_sessions(args)
     code = 0 if args.groups else _throughput(args)
     if code == 2:
         return code
     if args.only == brokers.TANSU.name:
         print(f"\n== consumer groups: not run, {groups.REFERENCE_NOTE}")
         print(f"== transactions: not run, {transactions.REFERENCE_NOTE}")
+        print(f"== fetch sessions: not run, {fetch_sessions.REFERENCE_NOTE}")
         return code
     if not args.no_groups:
         code = max(code, _groups(args))
-    if args.groups or args.no_transactions:
+    if args.groups:
         return code
-    return max(code, _transactions(args))
+    if not args.no_transactions:
+        code = max(code, _transactions(args))
+    if not args.no_fetch_sessions:
+        code = max(code, _fetch_sessions(args))
+    return code
 
 
 def _throughput(args: argparse.Namespace) -> int:
@@ -103,6 +128,12 @@ def _groups(args: argparse.Namespace) -> int:
 
 def _transactions(args: argparse.Namespace) -> int:
     return _fjord_part(args, "transactions", "transactions", transactions, only=args.transactions)
+
+
+def _fetch_sessions(args: argparse.Namespace) -> int:
+    return _fjord_part(
+        args, "fetch sessions", "fetch_sessions", fetch_sessions, only=args.fetch_sessions
+    )
 
 
 def _fjord_part(args: argparse.Namespace, title: str, key: str, part, *, only: bool) -> int:

@@ -88,6 +88,10 @@ def at_least(minimum: int) -> Callable[[object], str | None]:
     return lambda v: None if v >= minimum else f"Value must be at least {minimum}"  # type: ignore[operator]
 
 
+def between(low: float, high: float) -> Callable[[object], str | None]:
+    return lambda v: None if low <= v <= high else f"Value must be between {low} and {high}"  # type: ignore[operator]
+
+
 def one_of(*allowed: str) -> Callable[[object], str | None]:
     def check(v: object) -> str | None:
         values = v if isinstance(v, list) else [v]
@@ -119,8 +123,44 @@ _TOPIC = [
         "log.cleanup.policy",
         "list",
         ["delete"],
-        one_of("delete"),
-        "Retention policy for old log segments; 'compact' arrives with the log cleaner.",
+        one_of("delete", "compact"),
+        "'delete' drops old segments by retention.ms and retention.bytes; 'compact' keeps the "
+        "latest record of every key (the log cleaner); both may be given.",
+    ),
+    (
+        "delete.retention.ms",
+        "log.cleaner.delete.retention.ms",
+        "long",
+        86400000,
+        at_least(0),
+        "How long a compacted topic keeps a tombstone (and an emptied transaction's marker) "
+        "after the cleaner first saw it.",
+    ),
+    (
+        "min.cleanable.dirty.ratio",
+        "log.cleaner.min.cleanable.ratio",
+        "double",
+        0.5,
+        between(0, 1),
+        "The share of a compacted log that must be dirty (not yet cleaned) before the cleaner "
+        "cleans it, unless max.compaction.lag.ms forces it.",
+    ),
+    (
+        "min.compaction.lag.ms",
+        "log.cleaner.min.compaction.lag.ms",
+        "long",
+        0,
+        at_least(0),
+        "The minimum time a record stays uncompacted.",
+    ),
+    (
+        "max.compaction.lag.ms",
+        "log.cleaner.max.compaction.lag.ms",
+        "long",
+        LONG_MAX,
+        at_least(1),
+        "The maximum time a record stays ineligible for compaction; a compacted log also "
+        "rolls its active segment by it.",
     ),
     (
         "compression.type",
@@ -443,6 +483,37 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             at_least(1),
         ),
         ConfigDef(
+            "log.cleaner.enable",
+            "boolean",
+            True,
+            "Run the log cleaner, which compacts topics with cleanup.policy=compact, "
+            "__consumer_offsets and __transaction_state included.",
+        ),
+        ConfigDef(
+            "log.cleaner.backoff.ms",
+            "long",
+            15000,
+            "How long the cleaner sleeps when no log needs cleaning.",
+            at_least(0),
+            dynamic=True,
+        ),
+        ConfigDef(
+            "log.cleaner.dedupe.buffer.size",
+            "long",
+            134217728,
+            "The memory the cleaner's key-to-offset map may use in one round.",
+            at_least(1024),
+            dynamic=True,
+        ),
+        ConfigDef(
+            "log.cleaner.io.buffer.load.factor",
+            "double",
+            0.9,
+            "How full the cleaner's key-to-offset map may get.",
+            between(0.01, 1),
+            dynamic=True,
+        ),
+        ConfigDef(
             "log.flush.scheduler.interval.ms",
             "long",
             LONG_MAX,
@@ -529,6 +600,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             500,
             "In-flight requests per connection before the broker stops reading from it.",
             at_least(1),
+        ),
+        ConfigDef(
+            "max.incremental.fetch.session.cache.slots",
+            "int",
+            1000,
+            "The most incremental fetch sessions (KIP-227) the broker keeps; 0 disables them.",
+            at_least(0),
         ),
         ConfigDef(
             "metrics.listener",
@@ -706,7 +784,14 @@ def validate_group_configs(
 
 
 def validate_topic_configs(values: Mapping[str, str | None]) -> dict[str, object]:
-    return _parse_resource_configs(values, TOPIC_CONFIGS, "topic")
+    parsed = _parse_resource_configs(values, TOPIC_CONFIGS, "topic")
+    low, high = parsed.get("min.compaction.lag.ms"), parsed.get("max.compaction.lag.ms")
+    if low is not None and high is not None and low > high:  # type: ignore[operator]
+        raise ConfigError(
+            f"conflict topic config setting min.compaction.lag.ms ({low}) > "
+            f"max.compaction.lag.ms ({high})"
+        )
+    return parsed
 
 
 def _parse_resource_configs(

@@ -1,4 +1,21 @@
-"""Fetch: full fetches (fetch sessions arrive with KIP-227), long-polled until min_bytes.
+"""Fetch: sessionless, full and incremental fetches (KIP-227), long-polled until min_bytes.
+
+The request's session id and epoch decide what it means (Kafka's FetchManager.newContext):
+
+| session id | epoch | meaning                                                               |
+|------------|-------|-----------------------------------------------------------------------|
+| 0          | -1    | full fetch, no session (what v4-v6 always are)                        |
+| 0          | 0     | full fetch, create a session if the cache has (or can free) a slot    |
+| $ID        | -1    | close session $ID, full fetch without a session                       |
+| $ID        | 0     | close session $ID, full fetch, create a new session if possible       |
+| $ID        | $N    | incremental fetch: FETCH_SESSION_ID_NOT_FOUND for an unknown $ID,     |
+|            |       | INVALID_FETCH_SESSION_EPOCH unless $N is the epoch the session awaits |
+
+An incremental request names only partitions to add or whose fetch parameters changed, and
+lists those to remove in forgotten_topics_data; its response carries only partitions with
+data, errors, or a high watermark, log start offset or (read_committed) last stable offset
+the fetcher has not been told. Only the session's changed partitions are read, so an
+incremental fetch in which nothing happened costs O(1) whatever the session's size.
 
 read_uncommitted reads up to the high watermark; read_committed (KIP-98) up to the last
 stable offset, with the aborted transactions of the range read so the consumer can drop
@@ -12,31 +29,73 @@ import asyncio
 from kio.schema.errors import ErrorCode
 
 from broker.apis.base import NO_THROTTLE, RequestContext
+from broker.fetch_session import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    INVALID_SESSION_ID,
+    CachedPartition,
+    FetchSession,
+    next_epoch,
+)
 from broker.server.replica_manager import FetchWaiter
 from broker.storage import OffsetOutOfRangeError
 
 READ_COMMITTED = 1
+TOPIC_IDS_VERSION = 13  # Fetch v13+ name topics by id, and so do their sessions
 
 
 async def handle_fetch(broker, ctx: RequestContext, request) -> object:
-    # v4-v6 predate fetch sessions (KIP-227): they are sessionless full fetches.
-    if getattr(request, "session_id", 0) != 0 or getattr(request, "session_epoch", -1) > 0:
-        # Fjord creates no fetch sessions yet: any session a client names is unknown to it.
-        return ctx.response(
-            "FetchResponse",
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.fetch_session_id_not_found,
-            session_id=0,
-            responses=(),
-        )
+    # v4-v6 predate fetch sessions: without the fields they are sessionless full fetches.
+    session_id = getattr(request, "session_id", INVALID_SESSION_ID)
+    epoch = getattr(request, "session_epoch", FINAL_EPOCH)
+    cache = broker.fetch_sessions
+    if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
+        if session_id != INVALID_SESSION_ID:
+            cache.remove(session_id)  # a full request closes the session it names
+        return await _full_fetch(broker, ctx, request, create_session=epoch == INITIAL_EPOCH)
+    session = cache.get(session_id)
+    if session is None:
+        return _session_error(ctx, ErrorCode.fetch_session_id_not_found)
+    if session.epoch != epoch:
+        return _session_error(ctx, ErrorCode.invalid_fetch_session_epoch)
+    uses_topic_ids = ctx.api_version >= TOPIC_IDS_VERSION
+    if session.uses_topic_ids != uses_topic_ids:
+        # Partitions known by name cannot be matched with partitions known by id.
+        return _session_error(ctx, ErrorCode.fetch_session_topic_id_error)
+    cache.update(
+        session,
+        [_cached_partition(name, topic_id, p) for name, topic_id, p in _resolve(broker, request)],
+        _forgotten(request, uses_topic_ids),
+    )
+    if not session.partitions:
+        # As Kafka: a session left empty is closed, and the request answered without one.
+        cache.remove(session.id)
+        return await _full_fetch(broker, ctx, request, create_session=False)
+    cache.touch(session, cache.clock_ms())
+    session.epoch = next_epoch(session.epoch)
+    return await _incremental_fetch(broker, ctx, request, session)
+
+
+def _session_error(ctx: RequestContext, code: ErrorCode, session_id: int = INVALID_SESSION_ID):
+    return ctx.response(
+        "FetchResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=code,
+        session_id=session_id,
+        responses=(),
+    )
+
+
+async def _full_fetch(broker, ctx: RequestContext, request, *, create_session: bool) -> object:
     wanted = _resolve(broker, request)
-    responses, size, failed = _read(broker, ctx, request, wanted)
+    read_committed = request.isolation_level == READ_COMMITTED
+    reads, size, failed = _read(broker, ctx, wanted, request.max_bytes, read_committed)
     wait_s = request.max_wait.total_seconds()
     if size < request.min_bytes and wait_s > 0 and not failed and wanted:
         waiter = FetchWaiter(
             needed=request.min_bytes - size,
             partitions=[(name, p.partition) for name, _, p in wanted],
-            read_committed=request.isolation_level == READ_COMMITTED,
+            read_committed=read_committed,
         )
         broker.replica_manager.park(waiter)
         try:
@@ -45,14 +104,143 @@ async def handle_fetch(broker, ctx: RequestContext, request) -> object:
             pass
         finally:
             broker.replica_manager.unpark(waiter)
-        responses, size, failed = _read(broker, ctx, request, wanted)
+        reads, size, failed = _read(broker, ctx, wanted, request.max_bytes, read_committed)
+    session_id = INVALID_SESSION_ID
+    if create_session:
+        session = _create_session(broker, ctx, request, wanted, reads, read_committed)
+        if session is not None:
+            session_id = session.id
     return ctx.response(
         "FetchResponse",
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,
-        session_id=0,
-        responses=responses,
+        session_id=session_id,
+        responses=_topic_responses(ctx, reads),
     )
+
+
+def _create_session(broker, ctx, request, wanted, reads, read_committed) -> FetchSession | None:
+    cache = broker.fetch_sessions
+    cached = [_cached_partition(name, topic_id, p) for name, topic_id, p in wanted]
+    session = cache.maybe_create_session(
+        cache.clock_ms(),
+        _replica_id(request) >= 0,  # the privileged bit: follower fetchers
+        ctx.api_version >= TOPIC_IDS_VERSION,
+        cached,
+    )
+    if session is not None:
+        # The session starts from what this full response told the fetcher.
+        for partition, (_, _, data) in zip(cached, reads, strict=True):
+            _record(session, session.partitions[partition.key], data, read_committed, False)
+    return session
+
+
+async def _incremental_fetch(broker, ctx: RequestContext, request, session: FetchSession):
+    expected_epoch = session.epoch
+    read_committed = request.isolation_level == READ_COMMITTED
+    pending = session.changed_partitions()
+    reads, size, failed = _read(
+        broker, ctx, _session_wanted(broker, pending), request.max_bytes, read_committed
+    )
+    wait_s = request.max_wait.total_seconds()
+    if size < request.min_bytes and wait_s > 0 and not failed:
+        # Parked on the session, not on each of its partitions: parking costs O(1) however
+        # many partitions the session holds; the cache reports their changes to it.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while True:
+            waiter = _SessionWaiter(request.min_bytes - size, read_committed)
+            session.listeners.add(waiter.on_change)
+            try:
+                await asyncio.wait_for(asyncio.shield(waiter.future), deadline - loop.time())
+                timed_out = False
+            except TimeoutError:
+                timed_out = True
+            finally:
+                session.listeners.discard(waiter.on_change)
+            pending = session.changed_partitions()
+            reads, size, failed = _read(
+                broker, ctx, _session_wanted(broker, pending), request.max_bytes, read_committed
+            )
+            # A change that brought too little (read_committed: data still above the LSO)
+            # parks the fetch again for the rest of its wait.
+            done = size >= request.min_bytes or failed or session.epoch != expected_epoch
+            if done or timed_out or loop.time() >= deadline:
+                break
+    if session.epoch != expected_epoch:
+        # Another request of the session was answered while this one waited.
+        return _session_error(ctx, ErrorCode.invalid_fetch_session_epoch, session.id)
+    included = [
+        read
+        for cached, read in zip(pending, reads, strict=True)
+        if _record(session, cached, read[2], read_committed, True)
+    ]
+    return ctx.response(
+        "FetchResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        session_id=session.id,
+        responses=_topic_responses(ctx, included),
+    )
+
+
+class _SessionWaiter:
+    """A fetch parked on its session until `needed` bytes are appended to its partitions; a
+    read_committed fetch, and any change other than an append, re-checks instead of counting
+    (what counts for read_committed is data below the LSO, which only a read can tell)."""
+
+    __slots__ = ("needed", "read_committed", "future")
+
+    def __init__(self, needed: int, read_committed: bool) -> None:
+        self.needed = needed
+        self.read_committed = read_committed
+        self.future = asyncio.get_running_loop().create_future()
+
+    def on_change(self, appended_bytes: int) -> None:
+        self.needed -= appended_bytes
+        if self.future.done():
+            return
+        if self.read_committed or appended_bytes == 0 or self.needed <= 0:
+            self.future.set_result(None)
+
+
+def _record(session: FetchSession, cached: CachedPartition, data, read_committed, rotate) -> bool:
+    return session.record_response(
+        cached,
+        error_code=data.error_code,
+        high_watermark=data.high_watermark,
+        last_stable_offset=data.last_stable_offset,
+        log_start_offset=data.log_start_offset,
+        records_size=len(data.records) if data.records else 0,
+        read_committed=read_committed,
+        rotate=rotate,
+    )
+
+
+def _replica_id(request) -> int:
+    state = getattr(request, "replica_state", None)  # v15+
+    return state.replica_id if state is not None else getattr(request, "replica_id", -1)
+
+
+def _cached_partition(name, topic_id, p) -> CachedPartition:
+    return CachedPartition(
+        topic=name,
+        topic_id=topic_id,
+        partition=p.partition,
+        fetch_offset=p.fetch_offset,
+        partition_max_bytes=p.partition_max_bytes,
+        fetcher_log_start_offset=getattr(p, "log_start_offset", -1),
+        current_leader_epoch=getattr(p, "current_leader_epoch", -1),
+        last_fetched_epoch=getattr(p, "last_fetched_epoch", -1),
+    )
+
+
+def _forgotten(request, uses_topic_ids: bool) -> list:
+    return [
+        (topic.topic_id if uses_topic_ids else topic.topic, partition)
+        for topic in getattr(request, "forgotten_topics_data", ())
+        for partition in topic.partitions
+    ]
 
 
 def _resolve(broker, request) -> list:
@@ -70,14 +258,29 @@ def _resolve(broker, request) -> list:
     return wanted
 
 
-def _read(broker, ctx: RequestContext, request, wanted) -> tuple[tuple, int, bool]:
+def _session_wanted(broker, pending: list[CachedPartition]) -> list:
+    """The session's partitions to read, with their topics' current names: a topic id may have
+    become known, or its topic been deleted, since the partition joined the session."""
+    image = broker.image
+    wanted = []
+    for cached in pending:
+        if cached.topic_id is not None:
+            meta = image.topic_by_id(cached.topic_id)
+            wanted.append((meta.name if meta else None, cached.topic_id, cached))
+        else:
+            wanted.append((cached.topic, None, cached))
+    return wanted
+
+
+def _read(broker, ctx: RequestContext, wanted, max_bytes: int, read_committed: bool):
+    """Per partition of `wanted`, in order: (name, topic id, PartitionData); the bytes read and
+    whether any partition failed."""
     rm = broker.replica_manager
-    read_committed = request.isolation_level == READ_COMMITTED
-    remaining = request.max_bytes
+    remaining = max_bytes
     min_one_batch = True  # Kafka returns the first batch whole even when it exceeds the limits
     total = 0
     failed = False
-    by_topic: dict[tuple, list] = {}
+    reads = []
     for name, topic_id, p in wanted:
         log, code = rm.lookup(name, p.partition)
         if log is None and topic_id is not None and name is None:
@@ -126,11 +329,22 @@ def _read(broker, ctx: RequestContext, request, wanted) -> tuple[tuple, int, boo
             preferred_read_replica=-1,
             records=records,
         )
-        by_topic.setdefault((name, topic_id), []).append(partition)
-    responses = tuple(
+        reads.append((name, topic_id, partition))
+    return reads, total, failed
+
+
+def _topic_responses(ctx: RequestContext, reads) -> tuple:
+    """Consecutive partitions of one topic share a topic entry, as in Kafka's FetchResponse:
+    the response keeps the order partitions were read in (the session's rotation order)."""
+    topics: list[tuple[object, object, list]] = []
+    for name, topic_id, partition in reads:
+        if topics and topics[-1][0] == name and topics[-1][1] == topic_id:
+            topics[-1][2].append(partition)
+        else:
+            topics.append((name, topic_id, [partition]))
+    return tuple(
         ctx.response(
             "FetchableTopicResponse", topic=name, topic_id=topic_id, partitions=tuple(parts)
         )
-        for (name, topic_id), parts in by_topic.items()
+        for name, topic_id, parts in topics
     )
-    return responses, total, failed

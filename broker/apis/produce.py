@@ -4,15 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from kio.schema.errors import ErrorCode
 
 from broker.apis.base import NO_THROTTLE, RequestContext
-from broker.records.batch import InvalidRecordError, validate_produce_batch
+from broker.records.batch import BatchHeader, InvalidRecordError, validate_produce_batch
 from broker.storage.producer_state import ProducerStateError
 
 CLOSE_CONNECTION = object()  # acks=0 has no response: an error closes the connection instead
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionResult:
+    """One partition's outcome, whatever the request version that asked for it."""
+
+    error_code: ErrorCode
+    error_message: str | None = None
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
 
 
 def handle_produce(broker, ctx: RequestContext, request) -> object:
@@ -26,11 +38,11 @@ def handle_produce(broker, ctx: RequestContext, request) -> object:
         partitions = []
         for pd in topic_data.partition_data:
             if acks not in (-1, 0, 1):
-                result = _error(ctx, pd.index, ErrorCode.invalid_required_acks)
+                result = PartitionResult(ErrorCode.invalid_required_acks)
             else:
-                result = _append(broker, ctx, name, pd.index, pd.records, acks, now_ms, to_flush)
+                result = _append(broker, name, pd.index, pd.records, acks, now_ms, to_flush)
             any_error = any_error or result.error_code != ErrorCode.none
-            partitions.append(result)
+            partitions.append(_partition_response(ctx, pd.index, result))
         topics.append(
             ctx.response("TopicProduceResponse", name=name, partition_responses=tuple(partitions))
         )
@@ -45,59 +57,97 @@ def handle_produce(broker, ctx: RequestContext, request) -> object:
     return response
 
 
-async def _flushed(broker, logs: list, response: object) -> object:
-    """Answer only once the data is on disk: fsync in a thread, the loop keeps serving."""
+async def flush_logs(broker, logs: list) -> None:
+    """fsync in threads, the loop keeps serving."""
     await asyncio.gather(*(broker.run_blocking(log.flush) for log in logs))
+
+
+async def _flushed(broker, logs: list, response: object) -> object:
+    """Answer only once the data is on disk."""
+    await flush_logs(broker, logs)
     return response
 
 
-def _append(
-    broker, ctx, topic: str, partition: int, records, acks: int, now_ms: int, to_flush: list
-):
+def writable_partition(
+    broker, topic: str, partition: int
+) -> tuple[object, object, PartitionResult]:
+    """(log, topic metadata, result): the log and metadata are None with an error result when
+    clients may not produce to the partition."""
     rm = broker.replica_manager
     log, code = rm.lookup(topic, partition)
     if log is None:
-        return _error(ctx, partition, code)
+        return None, None, PartitionResult(code)
     meta = broker.image.topic(topic)
     if meta.internal:
-        return _error(
-            ctx,
-            partition,
-            ErrorCode.invalid_topic_exception,
-            f"Cannot append to internal topic {topic}",
+        return (
+            None,
+            None,
+            PartitionResult(
+                ErrorCode.invalid_topic_exception, f"Cannot append to internal topic {topic}"
+            ),
         )
+    return log, meta, PartitionResult(ErrorCode.none)
+
+
+def _append(
+    broker, topic: str, partition: int, records, acks: int, now_ms: int, to_flush: list
+) -> PartitionResult:
+    log, meta, result = writable_partition(broker, topic, partition)
+    if log is None:
+        return result
     if records is None:
-        return _error(ctx, partition, ErrorCode.invalid_record, "Produce request without records")
+        return PartitionResult(ErrorCode.invalid_record, "Produce request without records")
     try:
         header = validate_produce_batch(records)
     except InvalidRecordError as e:
-        return _error(ctx, partition, ErrorCode(e.error_code), str(e))
+        return PartitionResult(ErrorCode(e.error_code), str(e))
+    return append_batch(
+        broker, topic, partition, log, meta, records, header, acks, now_ms, to_flush
+    )
+
+
+def append_batch(
+    broker,
+    topic: str,
+    partition: int,
+    log,
+    meta,
+    records: bytes | memoryview,
+    header: BatchHeader,
+    acks: int,
+    now_ms: int,
+    to_flush: list,
+    *,
+    timestamp_bounds: tuple[int, int] | None = None,
+) -> PartitionResult:
+    """Append one validated v2 batch to the partition `writable_partition` found: topic
+    limits, timestamps, transaction and producer-state checks, then Log.append.
+
+    `timestamp_bounds` (lowest, highest; -1 for none) replaces the header's bounds when the
+    caller knows the records' exact ones (an up-converted message set)."""
+    rm = broker.replica_manager
     if header.is_control:
-        return _error(
-            ctx,
-            partition,
-            ErrorCode.invalid_record,
-            "Clients are not allowed to write control records",
+        return PartitionResult(
+            ErrorCode.invalid_record, "Clients are not allowed to write control records"
         )
     max_bytes = rm.topic_config_value(meta, "max.message.bytes")
     if header.size > max_bytes:
-        return _error(
-            ctx,
-            partition,
+        return PartitionResult(
             ErrorCode.message_too_large,
             f"The batch of {header.size} bytes exceeds max.message.bytes={max_bytes}",
         )
     if acks == -1 and rm.topic_config_value(meta, "min.insync.replicas") > 1:
-        return _error(
-            ctx,
-            partition,
+        return PartitionResult(
             ErrorCode.not_enough_replicas,
             "The in-sync replicas are fewer than min.insync.replicas",
         )
     if rm.topic_config_value(meta, "message.timestamp.type") == "CreateTime":
-        problem = _timestamp_problem(rm, meta, header, now_ms)
+        # The batch header bounds the records' timestamps without decompressing them:
+        # max_timestamp from above, base_timestamp (the first record's) from below.
+        low, high = timestamp_bounds or (header.base_timestamp, header.max_timestamp)
+        problem = _timestamp_problem(rm, meta, low, high, now_ms)
         if problem:
-            return _error(ctx, partition, ErrorCode.invalid_timestamp, problem)
+            return PartitionResult(ErrorCode.invalid_timestamp, problem)
     if header.is_transactional:
         # Kafka's partition verification (KIP-890 part 1): only a partition the producer's
         # ongoing transaction added takes its data, so no zombie leaves a transaction hanging.
@@ -105,77 +155,64 @@ def _append(
             header.producer_id, header.producer_epoch, (topic, partition)
         )
         if error is not ErrorCode.none:
-            return _error(ctx, partition, error, "The transaction does not hold this partition")
+            return PartitionResult(error, "The transaction does not hold this partition")
     if header.producer_id >= 0:
         try:
             duplicate = log.producer_state.check(header)
         except ProducerStateError as e:
-            return _error(ctx, partition, e.error_code, str(e))
+            return PartitionResult(e.error_code, str(e))
         if duplicate is not None:
             # A retry of a batch already in the log (seed 000): DUPLICATE_SEQUENCE_NUMBER with
             # the original's offset, which clients take as success; nothing is written. Where
             # flush.messages makes acks wait for fsync, the retry waits for the original's.
             if duplicate.last_offset >= log.recovery_point and log.config.flushes_by_count:
                 to_flush.append(log)
-            append_time = now_ms if log.config.log_append_time else -1
-            return _appended(
-                ctx,
-                partition,
-                duplicate.first_offset,
-                append_time,
-                log,
+            return PartitionResult(
                 ErrorCode.duplicate_sequence_number,
+                base_offset=duplicate.first_offset,
+                log_append_time_ms=now_ms if log.config.log_append_time else -1,
+                log_start_offset=log.log_start_offset,
             )
-    result = log.append(records, header, now_ms=now_ms, leader_epoch=rm.leader_epoch)
-    if result.flush_due:
+    appended = log.append(records, header, now_ms=now_ms, leader_epoch=rm.leader_epoch)
+    if appended.flush_due:
         to_flush.append(log)
     rm.appended((topic, partition), header.size)
-    return _appended(ctx, partition, result.base_offset, result.log_append_time_ms, log)
-
-
-def _appended(ctx, partition, base_offset, log_append_time_ms, log, error_code=ErrorCode.none):
-    return ctx.response(
-        "PartitionProduceResponse",
-        index=partition,
-        error_code=error_code,
-        base_offset=base_offset,
-        log_append_time=(
-            datetime.fromtimestamp(log_append_time_ms / 1000, tz=UTC)
-            if log_append_time_ms >= 0
-            else None
-        ),
+    return PartitionResult(
+        ErrorCode.none,
+        base_offset=appended.base_offset,
+        log_append_time_ms=appended.log_append_time_ms,
         log_start_offset=log.log_start_offset,
-        record_errors=(),
-        error_message=None,
     )
 
 
-def _timestamp_problem(rm, meta, header, now_ms: int) -> str | None:
-    # The batch header bounds the records' timestamps without decompressing them: max_timestamp
-    # from above, base_timestamp (the first record's) from below.
+def _partition_response(ctx, partition: int, result: PartitionResult):
+    return ctx.response(
+        "PartitionProduceResponse",
+        index=partition,
+        error_code=result.error_code,
+        base_offset=result.base_offset,
+        log_append_time=(
+            datetime.fromtimestamp(result.log_append_time_ms / 1000, tz=UTC)
+            if result.log_append_time_ms >= 0
+            else None
+        ),
+        log_start_offset=result.log_start_offset,
+        record_errors=(),
+        error_message=result.error_message,
+    )
+
+
+def _timestamp_problem(rm, meta, low: int, high: int, now_ms: int) -> str | None:
     after = rm.topic_config_value(meta, "message.timestamp.after.max.ms")
     before = rm.topic_config_value(meta, "message.timestamp.before.max.ms")
-    if header.max_timestamp - now_ms > after:
+    if high - now_ms > after:
         return (
-            f"Timestamp {header.max_timestamp} is more than "
+            f"Timestamp {high} is more than "
             f"message.timestamp.after.max.ms={after} ahead of the broker's time"
         )
-    if header.base_timestamp >= 0 and now_ms - header.base_timestamp > before:
+    if low >= 0 and now_ms - low > before:
         return (
-            f"Timestamp {header.base_timestamp} is more than "
+            f"Timestamp {low} is more than "
             f"message.timestamp.before.max.ms={before} behind the broker's time"
         )
     return None
-
-
-def _error(ctx, partition: int, code: ErrorCode, message: str | None = None):
-    return ctx.response(
-        "PartitionProduceResponse",
-        index=partition,
-        error_code=code,
-        base_offset=-1,
-        log_append_time=None,
-        log_start_offset=-1,
-        record_errors=(),
-        error_message=message,
-    )

@@ -6,9 +6,16 @@ The group and transaction APIs are declared beside their handlers, each module's
 
 from __future__ import annotations
 
-from broker.apis import classic_groups, consumer_groups, group_offsets, transactions
+from broker.apis import (
+    classic_groups,
+    consumer_groups,
+    group_offsets,
+    legacy_fetch,
+    legacy_produce,
+    transactions,
+)
 from broker.apis.api_versions import handle_api_versions
-from broker.apis.base import ApiSpec
+from broker.apis.base import ApiSpec, Handler
 from broker.apis.cluster import handle_describe_cluster
 from broker.apis.configs import (
     handle_alter_configs,
@@ -28,14 +35,34 @@ from broker.apis.topics import (
     handle_delete_topics,
 )
 
+
+def _below(first_modern: int, legacy: Handler, modern: Handler) -> Handler:
+    """Versions below `first_modern` (kio has no schema for them) go to their own handler."""
+
+    def handle(broker, ctx, request):
+        if ctx.api_version < first_modern:
+            return legacy(broker, ctx, request)
+        return modern(broker, ctx, request)
+
+    return handle
+
+
 API_SPECS: dict[int, ApiSpec] = {
     s.key: s
     for s in [
         # Produce v12 is transaction version 2 (partitions added implicitly, KIP-890 part 2).
-        ApiSpec(0, "Produce", 3, 11, handle_produce),
-        ApiSpec(1, "Fetch", 4, 17, handle_fetch),
+        # Produce v0-2, Fetch v0-3 and ListOffsets v0 (gone from Kafka 4) serve old clients:
+        # magic 0/1 message sets are converted to and from the v2 batches on disk.
+        ApiSpec(0, "Produce", 0, 11, _below(3, legacy_produce.handle, handle_produce)),
+        ApiSpec(1, "Fetch", 0, 17, _below(4, legacy_fetch.handle, handle_fetch)),
         # ListOffsets v9+ adds tiered-storage offset specs.
-        ApiSpec(2, "ListOffsets", 1, 8, handle_list_offsets),
+        ApiSpec(
+            2,
+            "ListOffsets",
+            0,
+            8,
+            _below(1, legacy_fetch.handle_list_offsets_v0, handle_list_offsets),
+        ),
         ApiSpec(3, "Metadata", 0, 12, handle_metadata),
         ApiSpec(18, "ApiVersions", 0, 4, handle_api_versions),
         ApiSpec(19, "CreateTopics", 2, 7, handle_create_topics),

@@ -30,7 +30,6 @@ from broker.coordinator.offsets import (
     NO_PRODUCER_ID,
     OffsetCommitRequest,
     OffsetManager,
-    RestatedBatch,
     TopicPartition,
 )
 from broker.coordinator.placement import partition_for
@@ -308,26 +307,6 @@ class GroupCoordinator:
                 if group is not None:
                     records += group.tombstones()
         return Result(records, errors)
-
-    def snapshot_batches(self, partition: int) -> list[RestatedBatch]:
-        """Every live record of the groups placed on `partition`, in batches (transactional
-        ones for pending offsets): appended in this order and replayed into an empty
-        coordinator, together with the markers still to come, they rebuild the same state
-        (the runtime's compaction)."""
-        group_ids = [
-            g for g in {*self.groups, *self.offsets.groups()} if self.partition_for(g) == partition
-        ]
-        records: list[Record] = []
-        for group_id in group_ids:
-            group = self.groups.get(group_id)
-            if group is not None:
-                records += group.snapshot_records()
-        batches = self.offsets.restatement(group_ids)
-        if batches and batches[0].producer_id == NO_PRODUCER_ID:
-            batches[0].records[:0] = records
-        elif records:
-            batches.insert(0, RestatedBatch(NO_PRODUCER_ID, -1, records))
-        return batches
 
     def describe_state(self, group_id: str):
         """The group object, or None when only offsets (or nothing) exist under this id."""

@@ -67,16 +67,6 @@ class _Transaction:
     offsets: dict[str, dict[TopicPartition, _Stored]] = field(default_factory=dict)
 
 
-@dataclass(slots=True)
-class RestatedBatch:
-    """Records compaction writes as one batch: transactional for `producer_id`, or plain when
-    it is NO_PRODUCER_ID."""
-
-    producer_id: int
-    producer_epoch: int
-    records: list[Record]
-
-
 def _everywhere(_group_id: str) -> bool:
     return True
 
@@ -266,35 +256,3 @@ class OffsetManager:
             if dead and not self.has_pending(group_id, tp):
                 expired.append(tp)
         return self.delete_records(group_id, expired)
-
-    def snapshot_records(self, group_id: str) -> list[Record]:
-        """The committed offsets of the group as plain records (pending ones: `restatement`)."""
-        return [
-            Record(OffsetCommitKey(group_id=group_id, topic=t, partition=p), stored.value)
-            for (t, p), stored in self._offsets.get(group_id, {}).items()
-        ]
-
-    def restatement(self, group_ids: Iterable[str]) -> list[RestatedBatch]:
-        """The batches that rebuild these groups' offsets, committed and pending, from nothing
-        (compaction). Records keep their replay order, which the commit markers still to come
-        depend on; a batch breaks wherever the producer changes."""
-        entries: list[tuple[int, int, int, Record]] = []
-        for group_id in group_ids:
-            for (t, p), stored in self._offsets.get(group_id, {}).items():
-                key = OffsetCommitKey(group_id=group_id, topic=t, partition=p)
-                entries.append((stored.order, NO_PRODUCER_ID, -1, Record(key, stored.value)))
-            for producer_id in self._open.get(group_id, ()):
-                txn = self._pending[producer_id]
-                for (t, p), stored in txn.offsets[group_id].items():
-                    key = OffsetCommitKey(group_id=group_id, topic=t, partition=p)
-                    record = Record(key, stored.value)
-                    entries.append((stored.order, producer_id, txn.producer_epoch, record))
-        entries.sort(key=lambda entry: entry[0])
-        batches: list[RestatedBatch] = []
-        for _, producer_id, producer_epoch, record in entries:
-            last = batches[-1] if batches else None
-            if last and (last.producer_id, last.producer_epoch) == (producer_id, producer_epoch):
-                last.records.append(record)
-            else:
-                batches.append(RestatedBatch(producer_id, producer_epoch, [record]))
-        return batches

@@ -327,14 +327,6 @@ class TransactionCoordinator:
     def transactional_id_of(self, producer_id: int) -> str | None:
         return self._by_producer_id.get(producer_id)
 
-    def snapshot_records(self, partition: int) -> list[Record]:
-        """The live state of one `__transaction_state` partition, for its compaction."""
-        return [
-            meta.record()
-            for txn_id, meta in self.transactions.items()
-            if self.partition_for(txn_id) == partition
-        ]
-
     # -- transitions -------------------------------------------------------------------------
 
     def _prepare(self, meta: TransactionMetadata, state: S, now_ms: int) -> TxnResult:

@@ -1,7 +1,9 @@
 """Request decoding and response encoding on top of kio's generated schemas.
 
-kio's schemas cover the current protocol versions; the registry below says which of them Fjord
-serves. Readers and writers are looked up once per (api key, version) and cached.
+kio's schemas cover the current protocol versions; the registry says which of them Fjord
+serves. Readers and writers are looked up once per (api key, version) and cached. The older
+versions old clients still send (Produce v0-2, Fetch v0-3, ListOffsets v0) go to the
+hand-written codecs of broker.protocol.legacy.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
+
+from broker.protocol import legacy
 
 _KEY_VERSION = struct.Struct(">hh")
 _INT32 = struct.Struct(">i")
@@ -65,6 +69,8 @@ def _writer(entity: type) -> Any:
 
 
 def decode_request(frame: bytes, api_key: int, api_version: int) -> RequestFrame:
+    if legacy.is_legacy(api_key, api_version):
+        return _decode_legacy_request(frame, api_key, api_version)
     schema = request_schema(api_key, api_version)
     header_schema = schema.__header_schema__
     try:
@@ -81,6 +87,14 @@ def decode_request(frame: bytes, api_key: int, api_version: int) -> RequestFrame
         client_id=header.client_id,
         body=body,
     )
+
+
+def _decode_legacy_request(frame: bytes, api_key: int, api_version: int) -> RequestFrame:
+    try:
+        correlation_id, client_id, body = legacy.decode_request(frame, api_key, api_version)
+    except legacy.LegacyDecodeError as e:
+        raise DecodeError(f"malformed api key {api_key} v{api_version} request: {e}") from e
+    return RequestFrame(api_key, api_version, correlation_id, client_id, body)
 
 
 class _Chunks:
@@ -114,6 +128,8 @@ def encode_response(correlation_id: int, response: Any) -> list[bytes | memoryvi
     """Header and body of a response as buffers to write in order, without the size prefix.
     kio's schemas carry their header version (ApiVersions always uses v0, so a client that sent
     an unsupported version can read it)."""
+    if isinstance(response, legacy.Entity):
+        return legacy.encode_response(correlation_id, response)
     out = _Chunks()
     header_schema = type(response).__header_schema__
     _writer(header_schema)(out, header_schema(correlation_id=correlation_id))
@@ -123,6 +139,8 @@ def encode_response(correlation_id: int, response: Any) -> list[bytes | memoryvi
 
 def encode_request(request: Any, correlation_id: int, client_id: str | None = "fjord") -> bytes:
     """Header and body of a request — for Fjord's own client and for tests."""
+    if isinstance(request, legacy.Entity):
+        return legacy.encode_request(request, correlation_id, client_id)
     buf = io.BytesIO()
     header_schema = request.__header_schema__
     header_kwargs = dict(
@@ -139,6 +157,8 @@ def encode_request(request: Any, correlation_id: int, client_id: str | None = "f
 
 def decode_response(payload: bytes, api_key: int, api_version: int) -> tuple[int, Any]:
     """(correlation id, response entity) — for Fjord's own client and for tests."""
+    if legacy.is_legacy(api_key, api_version):
+        return legacy.decode_response(payload, api_key, api_version)
     schema = response_schema(api_key, api_version)
     header, offset = _reader(schema.__header_schema__)(payload, 0)
     body, _ = _reader(schema)(payload, offset)

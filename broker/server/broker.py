@@ -23,6 +23,7 @@ from broker.coordinator.transaction_coordinator import (
     TransactionCoordinator,
     TransactionCoordinatorConfig,
 )
+from broker.fetch_session import FetchSessionCache
 from broker.metadata.image import MetadataImage, TopicMetadata
 from broker.metadata.store import SqliteMetadataStore
 from broker.server.connection import KafkaConnection
@@ -31,6 +32,7 @@ from broker.server.metrics import BrokerMetrics, serve_metrics
 from broker.server.replica_manager import ReplicaManager
 from broker.server.transaction_runtime import TransactionRuntime
 from broker.storage import Log, LogManager
+from broker.storage.cleaner import CleanerConfig, LogCleaner
 
 log = logging.getLogger("broker")
 
@@ -61,6 +63,8 @@ class Broker:
             if "consumer" in protocols or key not in CONSUMER_PROTOCOL_APIS
         }
         self.metrics = BrokerMetrics()
+        self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
+        self.metrics.add_fetch_session_gauges(self.fetch_sessions)
         self.connections: set[KafkaConnection] = set()
         self.bound: dict[str, tuple[str, int]] = {}
         self.metrics_address: tuple[str, int] | None = None
@@ -90,12 +94,22 @@ class Broker:
         self.group_configs = await self._in_metadata_thread(self.store.group_configs)
 
         self.log_manager = LogManager(self.config.log_dirs)
-        self.replica_manager = ReplicaManager(self.config, self.log_manager, self.image)
+        self.replica_manager = ReplicaManager(
+            self.config, self.log_manager, self.image, self.fetch_sessions
+        )
         topics = {t.name: t for t in self.image.topics()}
         await asyncio.to_thread(
             self.log_manager.load, lambda name: self.replica_manager.log_config(topics.get(name))
         )
         self._drop_stray_logs()
+        self.log_cleaner = LogCleaner(self.log_manager, self._cleaner_config)
+        # Log dirs from before the log cleaner kept the internal topics forever and let the
+        # coordinators compact them; now the cleaner does, for old and new alike.
+        for topic in self.image.topics():
+            if topic.internal and topic.configs.get("cleanup.policy") != "compact":
+                await self.set_topic_configs(
+                    topic.name, {**topic.configs, "cleanup.policy": "compact"}
+                )
         # As Kafka's loadProducerState: producers that expired while the broker was down are
         # not brought back by their snapshot.
         self._expire_producer_ids(int(time.time() * 1000))
@@ -148,6 +162,8 @@ class Broker:
                     in_thread=True,
                 ),
                 self._every("producer.id.expiration.check.interval.ms", self._expire_producer_ids),
+                # Cleaning reads and rewrites whole segments: always in a thread.
+                self._every("log.cleaner.backoff.ms", self._clean_logs, in_thread=True),
                 self._every(
                     "transaction.abort.timed.out.transaction.cleanup.interval.ms",
                     lambda now_ms: self.transaction_runtime.abort_timed_out(now_ms),
@@ -168,6 +184,7 @@ class Broker:
 
     async def stop(self) -> None:
         self.coordinator_runtime.stop()
+        self.log_cleaner.shutdown()  # a round in progress stops at its next batch
         for server in self._servers:
             server.close()
         for task in self._background:
@@ -203,8 +220,21 @@ class Broker:
 
     async def _enforce_retention(self, now_ms: int) -> None:
         # Segments are unlinked later (file.delete.delay.ms); only the checkpoint blocks.
-        if self.log_manager.enforce_retention(now_ms):
+        if self.replica_manager.enforce_retention(now_ms):
             await self.run_blocking(self.log_manager.checkpoint)
+
+    def _cleaner_config(self) -> CleanerConfig:
+        return CleanerConfig(
+            dedupe_buffer_size=self.config["log.cleaner.dedupe.buffer.size"],
+            dedupe_buffer_load_factor=self.config["log.cleaner.io.buffer.load.factor"],
+        )
+
+    def _clean_logs(self, now_ms: int) -> int:
+        """Blocking: clean the logs due for it, one round after another (Kafka's cleaner
+        thread). Off the loop; each log's lock is taken only to swap a cleaned segment in."""
+        if not self.config["log.cleaner.enable"]:
+            return 0
+        return self.log_cleaner.clean_logs()
 
     def _expire_producer_ids(self, now_ms: int) -> None:
         expiration_ms = self.config["producer.id.expiration.ms"]
@@ -337,5 +367,6 @@ class Broker:
 
     async def delete_records(self, log_: Log, offset: int) -> int:
         low_watermark = log_.delete_records_before(offset)
+        self.replica_manager.log_start_moved(log_)
         await self.run_blocking(self.log_manager.checkpoint)
         return low_watermark

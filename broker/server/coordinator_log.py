@@ -1,43 +1,32 @@
 """Reading and writing the partitions of a coordinator's internal topic (`__consumer_offsets`,
 `__transaction_state`): batches of encoded records appended as one write, read back in offset
-order at start-up, and compaction by restating the live state.
+order at start-up.
 
-Compaction here is the coordinators' own: once a partition's log is much larger than its live
-state last was, the live state is appended to a fresh segment and everything before it is
-deleted. A crash midway leaves old records followed by (part of) the restatement, and replay
-gives the same state either way, so start-up replay stays proportional to the live state.
+Both topics have cleanup.policy=compact, as in Kafka: the log cleaner keeps the last record of
+every key (tombstones until delete.retention.ms), drops aborted transactional offset commits
+and keeps the COMMIT/ABORT markers until their transaction has no data left, so replaying a
+cleaned partition gives the state replaying the whole of it would, and start-up replay stays
+proportional to the live state plus the uncleaned head of the log.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 
 from broker.records.batch import BatchHeader, build_batch, decode_batch, iter_batches, read_header
 from broker.storage import Log
 
 READ_CHUNK = 1 << 20
-COMPACTION_GROWTH = 2
-SNAPSHOT_BATCH_RECORDS = 1000
 
 EncodedRecord = tuple[bytes, bytes | None]
 
 
-@dataclass(frozen=True, slots=True)
-class LiveBatch:
-    """Records a compaction restates together; with a producer, as a transactional batch of
-    that producer (offsets still pending on its transaction)."""
-
-    records: Sequence[EncodedRecord]
-    producer_id: int = -1
-    producer_epoch: int = -1
-
-
 def append_records(
-    log_: Log,
+    replica_manager,
+    topic: str,
+    partition: int,
     records: Sequence[EncodedRecord],
     now_ms: int,
-    leader_epoch: int,
     *,
     producer_id: int = -1,
     producer_epoch: int = -1,
@@ -45,14 +34,19 @@ def append_records(
 ) -> None:
     """Append `records` as one batch: one write, so all or nothing after a crash. Kafka's
     coordinators write transactional batches without a sequence: a producer numbers only
-    what it sends itself."""
+    what it sends itself. Like a produce, the append wakes the fetches and fetch sessions
+    waiting on the partition (an operator reading the topic)."""
     batch = build_batch(
         [(key, value, [], now_ms) for key, value in records],
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         transactional=transactional,
     )
-    log_.append(batch, read_header(batch), now_ms=now_ms, leader_epoch=leader_epoch)
+    header = read_header(batch)
+    replica_manager.log(topic, partition).append(
+        batch, header, now_ms=now_ms, leader_epoch=replica_manager.leader_epoch
+    )
+    replica_manager.appended((topic, partition), header.size)
 
 
 def read_batches(log_: Log) -> Iterator[tuple[BatchHeader, list]]:
@@ -66,45 +60,3 @@ def read_batches(log_: Log) -> Iterator[tuple[BatchHeader, list]]:
         for pos, header in iter_batches(buf):
             yield decode_batch(buf[pos : pos + header.size])
             offset = header.next_offset
-
-
-class Compactor:
-    """Decides when a coordinator partition is compacted and does it."""
-
-    def __init__(self, min_bytes: int) -> None:
-        self.min_bytes = min_bytes
-        self._live_bytes: dict[int, int] = {}  # partition -> size right after its last compaction
-
-    def due(self, partition: int, log_: Log) -> bool:
-        limit = max(self.min_bytes, COMPACTION_GROWTH * self._live_bytes.get(partition, 0))
-        return log_.size_in_bytes >= limit
-
-    def compact(
-        self,
-        partition: int,
-        log_: Log,
-        live: Iterable[LiveBatch],
-        now_ms: int,
-        leader_epoch: int,
-    ) -> int:
-        """Restate `live` in a fresh segment and drop everything before it; returns the
-        number of records restated."""
-        log_.roll(now_ms)
-        start = log_.log_end_offset
-        restated = 0
-        for batch in live:
-            records = batch.records
-            for i in range(0, len(records), SNAPSHOT_BATCH_RECORDS):
-                append_records(
-                    log_,
-                    records[i : i + SNAPSHOT_BATCH_RECORDS],
-                    now_ms,
-                    leader_epoch,
-                    producer_id=batch.producer_id,
-                    producer_epoch=batch.producer_epoch,
-                    transactional=batch.producer_id >= 0,
-                )
-            restated += len(records)
-        log_.delete_records_before(start)
-        self._live_bytes[partition] = log_.size_in_bytes
-        return restated

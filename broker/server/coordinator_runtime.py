@@ -27,15 +27,12 @@ from broker.coordinator.runtime import Deferred, Record, Result
 from broker.records.batch import Record as BatchRecord
 from broker.records.control import COMMIT, parse_marker
 from broker.records.errors import InvalidRecordError
-from broker.server.coordinator_log import Compactor, LiveBatch, append_records, read_batches
+from broker.server.coordinator_log import append_records, read_batches
 from broker.storage.producer_state import ProducerStateError
 
 log = logging.getLogger("broker.coordinator")
 
 OFFSETS_TOPIC = "__consumer_offsets"
-# A partition is compacted once its log is this much larger than its live state last was, so
-# start-up replay stays proportional to the live state (general log compaction comes later).
-COMPACTION_MIN_BYTES = 16 << 20
 
 
 def _now_ms() -> int:
@@ -48,7 +45,6 @@ class CoordinatorRuntime:
         self.coordinator = coordinator
         self._timer_handle: asyncio.TimerHandle | None = None
         self._create_lock = asyncio.Lock()
-        self._compactor = Compactor(COMPACTION_MIN_BYTES)
         coordinator.timer.on_change = self._arm_timer
 
     # -- start-up ------------------------------------------------------------------------------
@@ -87,7 +83,8 @@ class CoordinatorRuntime:
         return replayed
 
     async def ensure_offsets_topic(self) -> None:
-        """Create `__consumer_offsets` on first use, as Kafka does."""
+        """Create `__consumer_offsets` on first use, with Kafka's configs for it: compacted
+        by the log cleaner, never deleted by time or size."""
         if self.broker.image.topic(OFFSETS_TOPIC) is not None:
             return
         async with self._create_lock:
@@ -95,9 +92,9 @@ class CoordinatorRuntime:
             await self.broker.create_topic(
                 OFFSETS_TOPIC,
                 config.offsets_topic_partitions,
-                # Never deleted by time or size: the coordinator compacts it itself.
                 {
-                    "retention.ms": "-1",
+                    "cleanup.policy": "compact",
+                    "compression.type": "producer",
                     "segment.bytes": str(self.broker.config["offsets.topic.segment.bytes"]),
                 },
             )
@@ -157,7 +154,6 @@ class CoordinatorRuntime:
             OFFSETS_TOPIC, partition, producer_id, producer_epoch, commit, coordinator_epoch, now_ms
         )
         self.coordinator.replay_end_transaction(partition, producer_id, commit)
-        self._maybe_compact(partition, now_ms)
 
     def apply(
         self,
@@ -177,8 +173,6 @@ class CoordinatorRuntime:
             self._append(partition, group_records, now_ms, producer_id, producer_epoch)
         for record in records:
             self.coordinator.replay(record, producer_id, producer_epoch)
-        for partition in by_partition:
-            self._maybe_compact(partition, now_ms)
 
     def _log(self, partition: int):
         return self.broker.replica_manager.log(OFFSETS_TOPIC, partition)
@@ -192,36 +186,15 @@ class CoordinatorRuntime:
         producer_epoch: int = -1,
     ) -> None:
         append_records(
-            self._log(partition),
+            self.broker.replica_manager,
+            OFFSETS_TOPIC,
+            partition,
             [encode_record(r) for r in records],
             now_ms,
-            self.broker.replica_manager.leader_epoch,
             producer_id=producer_id,
             producer_epoch=producer_epoch,
             transactional=producer_id != NO_PRODUCER_ID,
         )
-
-    def _maybe_compact(self, partition: int, now_ms: int) -> None:
-        """Restate the partition's live state in a fresh segment and drop everything older.
-        Pending transactional offsets are restated in transactional batches of their producer
-        and epoch, so the markers still to come apply to them after a restart.
-
-        A crash midway leaves old records followed by (part of) the restatement: replay gives
-        the same state either way, except in one corner: a partition of a group with both a
-        pending transactional offset and a committed one (or pending ones of two producers)
-        whose restated records were cut apart may, at the commit marker, materialize the
-        older of the two."""
-        log_ = self._log(partition)
-        if not self._compactor.due(partition, log_):
-            return
-        live = [
-            LiveBatch([encode_record(r) for r in b.records], b.producer_id, b.producer_epoch)
-            for b in self.coordinator.snapshot_batches(partition)
-        ]
-        restated = self._compactor.compact(
-            partition, log_, live, now_ms, self.broker.replica_manager.leader_epoch
-        )
-        log.info("compacted %s-%d: %d live record(s)", OFFSETS_TOPIC, partition, restated)
 
     # -- timers --------------------------------------------------------------------------------
 

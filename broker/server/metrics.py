@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from broker.coordinator.transaction_records import TransactionState
 
@@ -68,8 +68,38 @@ class BrokerMetrics:
     def add_transaction_gauges(self, coordinator) -> None:
         self.registry.register(_TransactionCollector(coordinator))
 
+    def add_fetch_session_gauges(self, cache) -> None:
+        self.registry.register(_FetchSessionCollector(cache))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _FetchSessionCollector:
+    """The fetch session cache (seed 001): Kafka's NumIncrementalFetchSessions,
+    NumIncrementalFetchPartitionsCached and IncrementalFetchSessionEvictionsPerSec (a counter
+    here: Prometheus derives the rate)."""
+
+    def __init__(self, cache) -> None:
+        self.cache = cache
+
+    def collect(self):
+        yield GaugeMetricFamily(
+            "fjord_fetch_sessions_incremental",
+            "Incremental fetch sessions in the fetch session cache.",
+            value=len(self.cache),
+        )
+        yield GaugeMetricFamily(
+            "fjord_fetch_session_partitions_cached",
+            "Partitions cached by incremental fetch sessions, summed over the sessions.",
+            value=self.cache.partitions_cached,
+        )
+        yield CounterMetricFamily(
+            "fjord_fetch_session_evictions",
+            "Incremental fetch sessions evicted to make room for others (not those their "
+            "fetchers closed).",
+            value=self.cache.evictions,
+        )
 
 
 class _TransactionCollector:

@@ -4,6 +4,10 @@ Kafka's ReplicaManager plus its fetch purgatory. A parked fetch is woken by the 
 it enough bytes, never by a polling loop: read_uncommitted fetches count the bytes appended,
 read_committed ones the bytes that fell below the last stable offset (a marker can release a
 whole transaction at once).
+
+Every change a fetcher may need to hear about (appends, markers, log start offsets moved by
+retention or DeleteRecords, deleted topics) is also reported to the fetch session cache, so an
+incremental fetch reads only the partitions that changed (KIP-227).
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 
 from broker.config import BrokerConfig
+from broker.fetch_session import FetchSessionCache
 from broker.metadata.image import MetadataImage, TopicMetadata
 from broker.storage import AppendResult, Log, LogConfig, LogManager
+from broker.storage.manager import parse_log_dir_name
 from broker.storage.producer_state import ProducerStateError
 
 TopicPartition = tuple[str, int]
@@ -55,10 +61,17 @@ class FetchWaiter:
 
 
 class ReplicaManager:
-    def __init__(self, config: BrokerConfig, log_manager: LogManager, image: MetadataImage) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        log_manager: LogManager,
+        image: MetadataImage,
+        fetch_sessions: FetchSessionCache | None = None,
+    ) -> None:
         self.config = config
         self.log_manager = log_manager
         self.image = image
+        self.fetch_sessions = fetch_sessions
         # Single node: every partition's leader is this broker, epoch 0 since creation.
         self.leader_epoch = 0
         self._waiters: dict[TopicPartition, set[FetchWaiter]] = defaultdict(set)
@@ -85,6 +98,10 @@ class ReplicaManager:
             message_timestamp_type=values["message.timestamp.type"],
             cleanup_policy=",".join(values["cleanup.policy"]),
             file_delete_delay_ms=values["file.delete.delay.ms"],
+            delete_retention_ms=values["delete.retention.ms"],
+            min_cleanable_dirty_ratio=values["min.cleanable.dirty.ratio"],
+            min_compaction_lag_ms=values["min.compaction.lag.ms"],
+            max_compaction_lag_ms=values["max.compaction.lag.ms"],
         )
 
     def topic_config_value(self, topic: TopicMetadata, name: str) -> object:
@@ -118,6 +135,8 @@ class ReplicaManager:
             for waiter in self._waiters.pop((topic.name, partition), ()):
                 if not waiter.future.done():
                     waiter.future.set_result(None)
+            if self.fetch_sessions is not None:
+                self.fetch_sessions.partition_changed(topic.name, topic.topic_id, partition)
 
     def delete_logs(self, topic: TopicMetadata) -> None:
         """Blocking (renames, unlinks, fsyncs): run in a thread once the topic is unreachable."""
@@ -130,6 +149,8 @@ class ReplicaManager:
     # -- appends and parked fetches ----------------------------------------------------------
 
     def appended(self, tp: TopicPartition, size: int) -> None:
+        if self.fetch_sessions is not None:
+            self._session_partition_changed(tp, size)
         waiters = self._waiters.get(tp)
         if waiters:
             log = None
@@ -172,6 +193,32 @@ class ReplicaManager:
         )
         self.appended((topic, partition), result.size)
         return result
+
+    def log_start_moved(self, log: Log) -> None:
+        """DeleteRecords moved `log`'s start offset: incremental fetches report it."""
+        tp = parse_log_dir_name(log.directory.name)
+        if tp is not None and self.fetch_sessions is not None:
+            self._session_partition_changed(tp, 0)
+
+    def enforce_retention(self, now_ms: int) -> int:
+        """LogManager.enforce_retention, reporting the log start offsets it moved. Retention
+        visits every log anyway; comparing their start offsets adds O(logs) per run."""
+        before = {tp: log.log_start_offset for tp, log in self.log_manager.logs()}
+        deleted = self.log_manager.enforce_retention(now_ms)
+        if deleted and self.fetch_sessions is not None:
+            for tp, log in self.log_manager.logs():
+                if before.get(tp) != log.log_start_offset:
+                    self._session_partition_changed(tp, 0)
+        return deleted
+
+    def _session_partition_changed(self, tp: TopicPartition, size: int) -> None:
+        if not self.fetch_sessions.partitions_cached:
+            return  # the produce path pays nothing while no session exists
+        # Sessions of Fetch v13+ know the partition by topic id, older ones by name.
+        meta = self.image.topic(tp[0])
+        self.fetch_sessions.partition_changed(
+            tp[0], meta.topic_id if meta is not None else None, tp[1], size
+        )
 
     def last_stable_offset(self, topic: str, partition: int) -> int:
         """The partition's LSO (-1 without a log), as reported with its high watermark."""

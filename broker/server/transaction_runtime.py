@@ -24,13 +24,12 @@ from broker.coordinator.transaction_records import (
     decode_transaction_record,
     encode_transaction_record,
 )
-from broker.server.coordinator_log import Compactor, LiveBatch, append_records, read_batches
+from broker.server.coordinator_log import append_records, read_batches
 from broker.storage.producer_state import ProducerStateError
 
 log = logging.getLogger("broker.coordinator.transactions")
 
 OFFSETS_TOPIC = "__consumer_offsets"
-COMPACTION_MIN_BYTES = 16 << 20
 
 
 def _now_ms() -> int:
@@ -42,7 +41,6 @@ class TransactionRuntime:
         self.broker = broker
         self.coordinator = coordinator
         self._create_lock = asyncio.Lock()
-        self._compactor = Compactor(COMPACTION_MIN_BYTES)
 
     # -- start-up ------------------------------------------------------------------------------
 
@@ -64,16 +62,16 @@ class TransactionRuntime:
         return replayed
 
     async def ensure_state_topic(self) -> None:
-        """Create `__transaction_state` on first use, as Kafka does."""
+        """Create `__transaction_state` on first use, with Kafka's configs for it: compacted
+        by the log cleaner, never deleted by time or size."""
         if self.broker.image.topic(TRANSACTION_STATE_TOPIC) is not None:
             return
         async with self._create_lock:
             await self.broker.create_topic(
                 TRANSACTION_STATE_TOPIC,
                 self.coordinator.config.state_log_partitions,
-                # Never deleted by time or size: the runtime compacts it itself.
                 {
-                    "retention.ms": "-1",
+                    "cleanup.policy": "compact",
                     "segment.bytes": str(self.broker.config["transaction.state.log.segment.bytes"]),
                 },
             )
@@ -157,28 +155,12 @@ class TransactionRuntime:
         for record in records:
             by_partition[self.coordinator.partition_for(record.key.transactional_id)].append(record)
         for partition, partition_records in by_partition.items():
-            log_ = rm.log(TRANSACTION_STATE_TOPIC, partition)
             append_records(
-                log_,
+                rm,
+                TRANSACTION_STATE_TOPIC,
+                partition,
                 [encode_transaction_record(r) for r in partition_records],
                 now_ms,
-                rm.leader_epoch,
             )
         for record in records:
             self.coordinator.replay(record)
-        for partition in by_partition:
-            log_ = rm.log(TRANSACTION_STATE_TOPIC, partition)
-            if self._compactor.due(partition, log_):
-                live = [
-                    encode_transaction_record(r)
-                    for r in self.coordinator.snapshot_records(partition)
-                ]
-                restated = self._compactor.compact(
-                    partition, log_, [LiveBatch(live)], now_ms, rm.leader_epoch
-                )
-                log.info(
-                    "compacted %s-%d: %d live record(s)",
-                    TRANSACTION_STATE_TOPIC,
-                    partition,
-                    restated,
-                )

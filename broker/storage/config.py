@@ -19,10 +19,14 @@ class LogConfig:
     flush_interval_messages: int = LONG_MAX
     flush_interval_ms: int = LONG_MAX
     message_timestamp_type: str = "CreateTime"  # or "LogAppendTime"
-    cleanup_policy: str = "delete"
+    cleanup_policy: str = "delete"  # "delete", "compact" or both, comma-separated
     file_delete_delay_ms: int = 60000
     max_message_bytes: int = 1048588
     preallocate: bool = False
+    delete_retention_ms: int = 86400000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
 
     @property
     def log_append_time(self) -> bool:
@@ -37,3 +41,19 @@ class LogConfig:
     def max_index_entries(self) -> int:
         # Kafka sizes index files from segment.index.bytes; each offset entry is 8 bytes.
         return max(1, self.segment_index_bytes // 8)
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy.split(",")
+
+    @property
+    def max_segment_ms(self) -> int:
+        """Kafka's LogConfig.maxSegmentMs: a compacted log also rolls by max.compaction.lag.ms,
+        since the cleaner never touches the active segment."""
+        if self.compact and self.max_compaction_lag_ms > 0:
+            return min(self.max_compaction_lag_ms, self.segment_ms)
+        return self.segment_ms

@@ -13,9 +13,16 @@ from collections.abc import Callable, Set
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.records.batch import BatchHeader, iter_batches, read_header, with_log_append_time
+from broker.records.batch import (
+    BATCH_HEADER_SIZE,
+    BatchHeader,
+    iter_batches,
+    read_header,
+    with_log_append_time,
+)
 from broker.records.control import build_control_batch, read_control
 from broker.records.errors import InvalidRecordError
+from broker.storage.checkpoint import fsync_directory
 from broker.storage.config import LogConfig
 from broker.storage.errors import OffsetOutOfRangeError
 from broker.storage.producer_state import (
@@ -27,18 +34,20 @@ from broker.storage.producer_state import (
     snapshot_file_name,
 )
 from broker.storage.segment import (
+    CLEANED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     LogSegment,
+    segment_file_name,
 )
-from broker.storage.transaction_index import TXN_INDEX_SUFFIX
+from broker.storage.transaction_index import TXN_INDEX_SUFFIX, AbortedTxn
 
 logger = logging.getLogger("broker.storage.log")
 
-# Left behind by an interrupted cleaner (KIP-less Kafka convention); never part of the log.
-_CLEANED_SUFFIX = ".cleaned"
+_SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
 @dataclass(slots=True, frozen=True)
@@ -94,6 +103,9 @@ class Log:
         # Serialises structural changes against flush()/read() running in worker threads;
         # fsync itself happens outside it so appends never wait for the disk.
         self._lock = threading.RLock()
+        # The cleaner reads segments without the lock: while it runs, segments that retention
+        # or DeleteRecords drop keep their descriptors open (their unlinking waits).
+        self._cleaning = False
 
     # ---- loading -------------------------------------------------------------------------
 
@@ -447,7 +459,7 @@ class Log:
         config = self.config
         expired = (
             active.time_waited_for_roll(now_ms, max_timestamp)
-            > config.segment_ms - config.segment_jitter_ms
+            > config.max_segment_ms - config.segment_jitter_ms
         )
         if (
             active.size > config.segment_bytes - size
@@ -534,7 +546,12 @@ class Log:
         [start_offset, upper_bound_offset): Kafka's collectAbortedTransactions, from the txn
         indexes of the segment holding `start_offset` onward until one says the search is
         complete. Segments without a txn index are never looked at."""
-        out: list[tuple[int, int]] = []
+        found = self.collect_aborted_txns(start_offset, upper_bound_offset)
+        return [(t.producer_id, t.first_offset) for t in found]
+
+    def collect_aborted_txns(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The txn index entries behind aborted_transactions(), whole."""
+        out: list[AbortedTxn] = []
         with self._lock:
             if not self._aborted_bases:
                 return out
@@ -542,7 +559,7 @@ class Log:
             for base in self._aborted_bases[bisect_left(self._aborted_bases, floor) :]:
                 index = self._segments[bisect_left(self._bases, base)].txn_index
                 found, complete = index.collect(start_offset, upper_bound_offset)
-                out += [(t.producer_id, t.first_offset) for t in found]
+                out += found
                 if complete:
                     break
         return out
@@ -594,7 +611,7 @@ class Log:
         with self._lock:
             deleted = 0
             config = self.config
-            if "delete" in config.cleanup_policy:
+            if config.delete:
                 if config.retention_ms >= 0:
                     deleted += self._delete_old_segments(
                         lambda seg, _nxt: now_ms - seg.largest_timestamp() > config.retention_ms,
@@ -660,6 +677,8 @@ class Log:
 
     def _purge_deleted(self, now_ms: int) -> None:
         """Unlink *.deleted files once file.delete.delay.ms has let in-flight reads finish."""
+        if self._cleaning:
+            return
         keep = []
         for due, segment in self._pending_deletes:
             if due <= now_ms:
@@ -667,6 +686,90 @@ class Log:
             else:
                 keep.append((due, segment))
         self._pending_deletes = keep
+
+    # ---- compaction ----------------------------------------------------------------------
+
+    def begin_cleaning(self) -> None:
+        with self._lock:
+            self._cleaning = True
+
+    def end_cleaning(self, now_ms: int) -> None:
+        with self._lock:
+            self._cleaning = False
+            self._purge_deleted(now_ms)
+
+    def last_records_of_active_producers(self) -> dict[int, tuple[int | None, int]]:
+        """Kafka's lastRecordsOfActiveProducers: producer id -> (last offset of its last data
+        batch, None when none is remembered; its epoch). The cleaner keeps those batches, as
+        empty headers if their records go, so a reload rebuilds the same sequences and epochs."""
+        with self._lock:
+            # Copied in one step: producer expiry runs on the loop without the lock.
+            entries = list(self.producer_state.producers.items())
+            return {
+                pid: (
+                    entry.batches[-1].last_offset if entry.batches else None,
+                    entry.producer_epoch,
+                )
+                for pid, entry in entries
+            }
+
+    def new_cleaned_segment(self, base_offset: int, now_ms: int) -> LogSegment:
+        """An empty `<base>.log.cleaned` segment for the cleaner to write, outside the log
+        until replace_segments(); leftovers of an aborted run are truncated."""
+        return LogSegment.create(
+            self.directory, base_offset, self.config, now_ms, file_suffix=CLEANED_SUFFIX
+        )
+
+    def replace_segments(self, cleaned: LogSegment, old: list[LogSegment], now_ms: int) -> bool:
+        """Swap the flushed `cleaned` segment in for the consecutive inactive segments `old`
+        (Kafka's replaceSegments), so that a crash at any point leaves a loadable log:
+
+        1. cleaned files -> *.swap, directory fsynced: from here on, loading completes the
+           swap (_scan_directory); before it, loading drops the *.cleaned files.
+        2. `old` -> *.deleted and reads move to `cleaned`; directory fsynced.
+        3. *.swap -> final names.
+
+        The lock is held for renames only, never across an fsync. Returns False, dropping
+        `cleaned`, when retention or DeleteRecords removed one of `old` meanwhile."""
+        with self._lock:
+            if self._position_of(old) is None:
+                cleaned.delete_files()
+                return False
+            cleaned.change_file_suffix(CLEANED_SUFFIX, SWAP_SUFFIX)
+        fsync_directory(self.directory)
+        with self._lock:
+            i = self._position_of(old)
+            if i is None:
+                cleaned.delete_files()
+                return False
+            for segment in old:
+                segment.mark_deleted()
+                self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, segment))
+            self._segments[i : i + len(old)] = [cleaned]
+            self._bases = [s.base_offset for s in self._segments]
+            self._aborted_bases = [s.base_offset for s in self._segments if len(s.txn_index)]
+        fsync_directory(self.directory)
+        with self._lock:
+            # Retention may have taken the new segment already (it is then *.swap.deleted).
+            if cleaned.log_path.name.endswith(SWAP_SUFFIX) and any(
+                s is cleaned for s in self._segments
+            ):
+                cleaned.change_file_suffix(SWAP_SUFFIX, "")
+                self._dir_dirty = True
+        return True
+
+    def _position_of(self, old: list[LogSegment]) -> int | None:
+        """Where `old` still lies, consecutive and short of the active segment, in the log."""
+        segments = self._segments
+        for i, segment in enumerate(segments):
+            if segment is old[0]:
+                end = i + len(old)
+                if end < len(segments) and all(
+                    a is b for a, b in zip(segments[i:end], old, strict=True)
+                ):
+                    return i
+                return None
+        return None
 
     # ---- durability ----------------------------------------------------------------------
 
@@ -728,14 +831,56 @@ class Log:
 
 
 def _scan_directory(directory: Path) -> list[int]:
-    """Base offsets of the segments present; drops leftovers Kafka also drops at load."""
+    """Base offsets of the segments present; drops leftovers Kafka also drops at load and
+    settles a cleaner swap a crash interrupted (Kafka's LogLoader):
+
+    - *.deleted files are dropped, and so are *.cleaned ones: that swap never began.
+    - A `<base>.log.swap` with cleaned files at or above its base was still being renamed:
+      the segments it was to replace are intact, so it is dropped.
+    - Any other `<base>.log.swap` replaces the segments whose base offsets fall in
+      [base, its next offset) and takes its final name. Swapped indexes are dropped and
+      rebuilt from the log, as Kafka does.
+    """
+    cleaned: list[int] = []
+    log_swaps: list[tuple[int, Path]] = []
+    for entry in os.scandir(directory):
+        name = entry.name
+        if name.endswith(DELETED_SUFFIX):
+            os.unlink(entry.path)
+        elif name.endswith(CLEANED_SUFFIX):
+            base = _base_offset_of(name)
+            if base is not None:
+                cleaned.append(base)
+            os.unlink(entry.path)
+        elif name.endswith(SWAP_SUFFIX):
+            base = _base_offset_of(name)
+            if base is not None and name == segment_file_name(base, LOG_SUFFIX) + SWAP_SUFFIX:
+                log_swaps.append((base, Path(entry.path)))
+            else:
+                os.unlink(entry.path)
+    first_cleaned = min(cleaned, default=None)
+    for base, swap in sorted(log_swaps):
+        if first_cleaned is not None and base >= first_cleaned:
+            logger.warning("dropping %s: its swap was interrupted before it was complete", swap)
+            swap.unlink()
+            continue
+        end = _next_offset_of(swap, base)
+        logger.warning("completing the interrupted swap of %s (offsets %d-%d)", swap, base, end)
+        for entry in os.scandir(directory):
+            replaced = _base_offset_of(entry.name)
+            if (
+                replaced is not None
+                and (replaced == base or base <= replaced < end)
+                and any(entry.name == segment_file_name(replaced, s) for s in _SEGMENT_SUFFIXES)
+            ):
+                os.unlink(entry.path)
+        os.rename(swap, swap.with_name(segment_file_name(base, LOG_SUFFIX)))
+    if log_swaps:
+        fsync_directory(directory)
     logs: set[int] = set()
     indexes: dict[int, list[Path]] = {}
     for entry in os.scandir(directory):
         name = entry.name
-        if name.endswith(DELETED_SUFFIX) or name.endswith(_CLEANED_SUFFIX):
-            os.unlink(entry.path)
-            continue
         stem, _, suffix = name.partition(".")
         if len(stem) != 20 or not stem.isdigit():
             continue
@@ -748,6 +893,32 @@ def _scan_directory(directory: Path) -> list[int]:
             for path in paths:
                 path.unlink(missing_ok=True)
     return sorted(logs)
+
+
+def _base_offset_of(name: str) -> int | None:
+    stem = name.partition(".")[0]
+    return int(stem) if len(stem) == 20 and stem.isdigit() else None
+
+
+def _next_offset_of(path: Path, base_offset: int) -> int:
+    """The offset after the last whole batch of a segment file, by its batch headers."""
+    next_offset, position = base_offset, 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        while size - position >= BATCH_HEADER_SIZE:
+            header = read_header(os.pread(fd, BATCH_HEADER_SIZE, position))
+            if (
+                header.magic != 2
+                or header.size < BATCH_HEADER_SIZE
+                or position + header.size > size
+            ):
+                break
+            next_offset = header.next_offset
+            position += header.size
+    finally:
+        os.close(fd)
+    return next_offset
 
 
 def _marker_of(batch: bytes) -> tuple[int, int] | None:

@@ -21,6 +21,9 @@ from broker.storage.log import Log, _now_ms
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+# Kafka's LogCleanerManager.OFFSET_CHECKPOINT_FILE: per compacted log, the first dirty offset
+# (where the last cleaning ended), so a restart does not clean everything again.
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
 FUTURE_DIR_SUFFIX = "-future"
@@ -44,6 +47,12 @@ class LogManager:
         self._dir_of: dict[TopicPartition, Path] = {}
         self._last_flush_ms: dict[TopicPartition, int] = {}
         self._checkpoint_lock = threading.Lock()
+        self._cleaner_offsets: dict[TopicPartition, int] = {}
+        # Kafka's LogCleanerManager states: the logs being cleaned, each with the flag that
+        # asks its cleaning to stop, and the logs nobody may start cleaning (being deleted).
+        self._cleaning_cond = threading.Condition()
+        self._cleaning: dict[TopicPartition, threading.Event] = {}
+        self._cleaning_paused: dict[TopicPartition, int] = {}
 
     def load(self, config_for: Callable[[str], LogConfig], *, now_ms: int | None = None) -> None:
         """Open every partition directory; without a clean-shutdown marker, logs recover
@@ -61,6 +70,10 @@ class LogManager:
                 start_offsets = read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
             except CorruptCheckpointError:
                 start_offsets = {}
+            try:
+                cleaner_offsets = read_checkpoint(log_dir / CLEANER_OFFSET_CHECKPOINT)
+            except CorruptCheckpointError:
+                cleaner_offsets = {}  # the cleaner starts over from each log start
             for entry in sorted(os.scandir(log_dir), key=lambda e: e.name):
                 if not entry.is_dir():
                     continue
@@ -84,6 +97,8 @@ class LogManager:
                 )
                 self._dir_of[tp] = log_dir
                 self._last_flush_ms[tp] = now
+                if tp in cleaner_offsets:
+                    self._cleaner_offsets[tp] = cleaner_offsets[tp]
             # From here on the directory holds unflushed writes until the next clean close.
             marker.unlink(missing_ok=True)
 
@@ -115,17 +130,24 @@ class LogManager:
         """Rename to `<topic>-<partition>.<uuid>-delete` first, so a crash mid-removal leaves
         a directory that load() finishes deleting instead of reviving the partition."""
         tp = (topic, partition)
-        log = self._logs.pop(tp, None)
-        log_dir = self._dir_of.pop(tp, None)
-        self._last_flush_ms.pop(tp, None)
-        if log is None or log_dir is None:
-            return
-        doomed = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-        os.rename(log.directory, doomed)
-        fsync_directory(log_dir)
-        log.directory = doomed
-        log.delete()
-        self.checkpoint()
+        self.abort_and_pause_cleaning(tp)
+        try:
+            log = self._logs.pop(tp, None)
+            log_dir = self._dir_of.pop(tp, None)
+            self._last_flush_ms.pop(tp, None)
+            if log is None or log_dir is None:
+                return
+            doomed = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+            os.rename(log.directory, doomed)
+            fsync_directory(log_dir)
+            log.directory = doomed
+            log.delete()
+            self.checkpoint()
+            with self._checkpoint_lock:
+                if self._cleaner_offsets.pop(tp, None) is not None:
+                    self._write_cleaner_checkpoint(log_dir)
+        finally:
+            self.resume_cleaning(tp)
 
     def logs(self) -> Iterable[tuple[TopicPartition, Log]]:
         return list(self._logs.items())
@@ -146,6 +168,61 @@ class LogManager:
                     log_dir / LOG_START_OFFSET_CHECKPOINT,
                     {tp: log.log_start_offset for tp, log in members},
                 )
+
+    # ---- the cleaner's bookkeeping (Kafka's LogCleanerManager) ------------------------------
+
+    def cleaner_offsets(self) -> dict[TopicPartition, int]:
+        """Per compacted log, the first dirty offset the last cleaning checkpointed."""
+        with self._checkpoint_lock:
+            return dict(self._cleaner_offsets)
+
+    def update_cleaner_offset(self, tp: TopicPartition, offset: int) -> None:
+        """Checkpoint `offset` as the log's first dirty offset. Blocking (fsync)."""
+        with self._checkpoint_lock:
+            log_dir = self._dir_of.get(tp)
+            if log_dir is None:
+                return  # deleted while it was being cleaned
+            self._cleaner_offsets[tp] = offset
+            self._write_cleaner_checkpoint(log_dir)
+
+    def _write_cleaner_checkpoint(self, log_dir: Path) -> None:
+        write_checkpoint(
+            log_dir / CLEANER_OFFSET_CHECKPOINT,
+            {tp: o for tp, o in self._cleaner_offsets.items() if self._dir_of.get(tp) == log_dir},
+        )
+
+    def begin_cleaning(self, tp: TopicPartition) -> threading.Event | None:
+        """Mark the log as being cleaned; None when it already is or cleaning is paused.
+        The returned event is set when the cleaning should stop (the log is going away)."""
+        with self._cleaning_cond:
+            if tp in self._cleaning or tp in self._cleaning_paused or tp not in self._logs:
+                return None
+            abort = self._cleaning[tp] = threading.Event()
+            return abort
+
+    def done_cleaning(self, tp: TopicPartition) -> None:
+        with self._cleaning_cond:
+            self._cleaning.pop(tp, None)
+            self._cleaning_cond.notify_all()
+
+    def abort_and_pause_cleaning(self, tp: TopicPartition) -> None:
+        """Stop any cleaning of the log and keep it from starting until resume_cleaning().
+        Blocks until a cleaning in progress has let go of the log: call it off the loop."""
+        with self._cleaning_cond:
+            self._cleaning_paused[tp] = self._cleaning_paused.get(tp, 0) + 1
+            abort = self._cleaning.get(tp)
+            if abort is not None:
+                abort.set()
+            while tp in self._cleaning:
+                self._cleaning_cond.wait()
+
+    def resume_cleaning(self, tp: TopicPartition) -> None:
+        with self._cleaning_cond:
+            count = self._cleaning_paused.get(tp, 0) - 1
+            if count > 0:
+                self._cleaning_paused[tp] = count
+            else:
+                self._cleaning_paused.pop(tp, None)
 
     def flush_dirty(self, now_ms: int) -> int:
         """fsync logs whose flush.ms has elapsed, and segments rolled since their last flush.

@@ -23,6 +23,10 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
+# The cleaner's replacement segment while it is written, then while it is swapped in (Kafka's
+# LocalLog.CleanedFileSuffix and SwapFileSuffix); the log's recovery knows what each means.
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
 _INT32_MAX = (1 << 31) - 1
 _RECOVERY_CHUNK = 1 << 20
 
@@ -35,24 +39,33 @@ class LogSegment:
     """Appends go straight to the OS (O_APPEND, writev): nothing is buffered in the process,
     so acknowledged data survives the death of the process; fsync happens only in flush()."""
 
-    def __init__(self, directory: Path, base_offset: int, config: LogConfig, now_ms: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        now_ms: int,
+        *,
+        file_suffix: str = "",
+    ) -> None:
         self.base_offset = base_offset
-        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        self.log_path = directory / (segment_file_name(base_offset, LOG_SUFFIX) + file_suffix)
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = os.fstat(self._fd).st_size
         self.offset_index = OffsetIndex(
-            directory / segment_file_name(base_offset, INDEX_SUFFIX),
+            directory / (segment_file_name(base_offset, INDEX_SUFFIX) + file_suffix),
             base_offset,
             max(1, config.segment_index_bytes // 8),
         )
         self.time_index = TimeIndex(
-            directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX),
+            directory / (segment_file_name(base_offset, TIME_INDEX_SUFFIX) + file_suffix),
             base_offset,
             max(1, config.segment_index_bytes // 12),
         )
         # Filled by the log: its entries come from the producer state, which the log owns.
         self.txn_index = TransactionIndex(
-            directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX), base_offset
+            directory / (segment_file_name(base_offset, TXN_INDEX_SUFFIX) + file_suffix),
+            base_offset,
         )
         self.index_interval_bytes = config.index_interval_bytes
         self.created_ms = now_ms
@@ -66,9 +79,15 @@ class LogSegment:
 
     @classmethod
     def create(
-        cls, directory: Path, base_offset: int, config: LogConfig, now_ms: int
+        cls,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        now_ms: int,
+        *,
+        file_suffix: str = "",
     ) -> LogSegment:
-        segment = cls(directory, base_offset, config, now_ms)
+        segment = cls(directory, base_offset, config, now_ms, file_suffix=file_suffix)
         if segment.size:  # a stale file from an earlier life of this offset range
             os.ftruncate(segment._fd, 0)
             segment.size = 0
@@ -228,6 +247,28 @@ class LogSegment:
             yield position, header
             position += header.size
 
+    def batch_data_from(
+        self, position: int = 0, chunk_bytes: int = _RECOVERY_CHUNK
+    ) -> Iterator[tuple[BatchHeader, memoryview]]:
+        """Whole batches from `position` with their bytes, read a chunk at a time (a batch
+        larger than a chunk is read on its own): the cleaner's sequential scan."""
+        end = self.size
+        while end - position >= BATCH_HEADER_SIZE:
+            buf = os.pread(self._fd, min(end - position, chunk_bytes), position)
+            first = read_header(buf)
+            if first.magic != 2 or first.size < BATCH_HEADER_SIZE or position + first.size > end:
+                return
+            if first.size > len(buf):
+                buf = os.pread(self._fd, first.size, position)
+            view = memoryview(buf)
+            consumed = 0
+            for pos, header in iter_batches(view):
+                yield header, view[pos : pos + header.size]
+                consumed = pos + header.size
+            if not consumed:
+                return
+            position += consumed
+
     def translate_offset(self, offset: int) -> tuple[int, BatchHeader] | None:
         """Position and header of the first batch whose last offset is >= `offset`."""
         _, position = self.offset_index.lookup(offset)
@@ -287,9 +328,20 @@ class LogSegment:
             return self.max_timestamp_so_far
         return int(os.fstat(self._fd).st_mtime * 1000)
 
+    @property
+    def last_modified_ms(self) -> int:
+        return int(os.fstat(self._fd).st_mtime * 1000)
+
+    def set_last_modified(self, ms: int) -> None:
+        """Kafka's cleaner keeps the replaced segments' mtime on the cleaned one: the file's
+        age is what retention falls back on when records carry no timestamps."""
+        os.utime(self.log_path, ns=(ms * 1_000_000, ms * 1_000_000))
+
     # ---- lifecycle -----------------------------------------------------------------------
 
     def flush(self) -> None:
+        if self._fd < 0:
+            return  # deleted meanwhile (retention, cleaning): nothing left to make durable
         os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
@@ -310,6 +362,24 @@ class LogSegment:
         self.log_path = new_log
         for index in (self.offset_index, self.time_index, self.txn_index):
             index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
+
+    def change_file_suffix(self, old: str, new: str) -> None:
+        """Rename every file of the segment from suffix `old` to `new` (the cleaner's
+        .cleaned -> .swap -> final steps); open descriptors keep working."""
+        for path, rename in (
+            (self.log_path, self._rename_log),
+            (self.offset_index.path, self.offset_index.rename),
+            (self.time_index.path, self.time_index.rename),
+            (self.txn_index.path, self.txn_index.rename),
+        ):
+            stem = path.name[: len(path.name) - len(old)] if old else path.name
+            if old and not path.name.endswith(old):
+                raise ValueError(f"{path.name} does not end with {old!r}")
+            rename(path.with_name(stem + new))
+
+    def _rename_log(self, path: Path) -> None:
+        os.rename(self.log_path, path)
+        self.log_path = path
 
     def delete_files(self) -> None:
         self.close()

@@ -9,7 +9,9 @@ from kio.schema.errors import ErrorCode
 
 from broker.apis import classic_groups, consumer_groups, transactions
 from broker.apis.registry import API_SPECS
+from broker.protocol import legacy
 from broker.records.batch import build_batch
+from broker.records.legacy import build_message_set
 
 TOPIC = "sweep"
 
@@ -19,6 +21,12 @@ def _topic_req(key, v, cls, **kw):
 
 
 def produce(v, topic_id):
+    if v < 3:  # magic 0/1 message sets, up-converted by the broker
+        messages = build_message_set([(b"k", b"v", 1_700_000_000_000)], magic=1 if v == 2 else 0)
+        part = legacy.ProducePartition(0, messages)
+        return legacy.ProduceRequest.at(v)(
+            acks=-1, timeout_ms=5000, topic_data=(legacy.ProduceTopic(TOPIC, (part,)),)
+        )
     batch = build_batch([(b"k", b"v", [], 1_700_000_000_000)])
     part = req(0, v, "PartitionProduceData", index=0, records=batch)
     return req(
@@ -33,6 +41,11 @@ def produce(v, topic_id):
 
 
 def fetch(v, topic_id):
+    if v < 4:  # answered with down-converted magic 0/1 message sets
+        part = legacy.FetchPartition(0, 0, 1 << 20)
+        return legacy.FetchRequest.at(v)(
+            replica_id=-1, max_wait_ms=0, min_bytes=0, topics=(legacy.FetchTopic(TOPIC, (part,)),)
+        )
     part = req(
         1,
         v,
@@ -63,6 +76,11 @@ def fetch(v, topic_id):
 
 
 def list_offsets(v, topic_id):
+    if v == 0:
+        part = legacy.ListOffsetsPartition(0, -2, 1)
+        return legacy.ListOffsetsRequest.at(0)(
+            replica_id=-1, topics=(legacy.ListOffsetsTopic(TOPIC, (part,)),)
+        )
     part = req(
         2, v, "ListOffsetsPartition", partition_index=0, timestamp=-2, current_leader_epoch=-1
     )

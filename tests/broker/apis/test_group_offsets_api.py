@@ -180,20 +180,38 @@ async def test_group_configs_are_validated_stored_and_described(broker, broker_c
     assert broker.group_configs == {"g": {"consumer.session.timeout.ms": "50000"}}
 
 
-async def test_consumer_offsets_partitions_compact_and_replay_the_same_state(tmp_path, monkeypatch):
-    from broker.server import coordinator_runtime
-
-    # A small threshold stands in for megabytes of commits.
-    monkeypatch.setattr(coordinator_runtime, "COMPACTION_MIN_BYTES", 4096)
-    async with running_broker(tmp_path) as (first, conn):
+async def test_consumer_offsets_partitions_compact_and_replay_the_same_state(tmp_path):
+    # Small segments stand in for megabytes of commits: the cleaner takes whole segments only.
+    small = {"offsets_topic_segment_bytes": "4096"}
+    async with running_broker(tmp_path, **small) as (first, conn):
         for i in range(200):
             await commit(conn, "busy", {("t", 0): i, ("t", 1): 1000 + i})
         await commit(conn, "quiet", {("u", 0): 42})
         partition = first.group_coordinator.partition_for("busy")
         log_ = first.replica_manager.log("__consumer_offsets", partition)
-        assert log_.log_start_offset > 0  # superseded commits are gone
-        assert log_.size_in_bytes < 8 * 4096
+        assert log_.config.compact
+        before = log_.size_in_bytes
+        assert await first.run_blocking(first.log_cleaner.clean_logs) >= 1
+        assert log_.size_in_bytes < before / 4  # superseded commits are gone
+        assert log_.log_start_offset == 0  # offsets stay; the cleaned part has holes
+        state = {g: await fetch(conn, g) for g in ("busy", "quiet")}
+        assert state == {
+            "busy": {("t", 0): (199, "m199"), ("t", 1): (1199, "m1199")},
+            "quiet": {("u", 0): (42, "m42")},
+        }
 
-    async with running_broker(tmp_path) as (_, conn):
-        assert await fetch(conn, "busy") == {("t", 0): (199, "m199"), ("t", 1): (1199, "m1199")}
-        assert await fetch(conn, "quiet") == {("u", 0): (42, "m42")}
+    async with running_broker(tmp_path, **small) as (_, conn):
+        assert {g: await fetch(conn, g) for g in ("busy", "quiet")} == state
+
+
+async def test_internal_topics_of_older_log_dirs_are_handed_to_the_cleaner(tmp_path):
+    """Before the log cleaner, the internal topics were kept forever (retention.ms=-1) and
+    compacted by their coordinators."""
+    async with running_broker(tmp_path) as (broker, _):
+        for name in ("__consumer_offsets", "__transaction_state"):
+            await broker.create_topic(name, 2, {"retention.ms": "-1"})
+    async with running_broker(tmp_path) as (broker, _):
+        for name in ("__consumer_offsets", "__transaction_state"):
+            configs = broker.image.topic(name).configs
+            assert configs == {"retention.ms": "-1", "cleanup.policy": "compact"}
+            assert broker.replica_manager.log(name, 0).config.cleanup_policy == "compact"

@@ -200,7 +200,7 @@ async def test_unsupported_api_versions_version_gets_error_35_with_ranges(broker
     assert correlation_id == 4242
     assert body.error_code == ErrorCode.unsupported_version
     produce = [k for k in body.api_keys if k.api_key == 0][0]
-    assert (produce.min_version, produce.max_version) == (3, 11)
+    assert (produce.min_version, produce.max_version) == (0, 11)
 
 
 async def test_unsupported_version_of_another_api_closes_only_that_connection(
@@ -209,7 +209,7 @@ async def test_unsupported_version_of_another_api_closes_only_that_connection(
     host, port = broker.bound["PLAINTEXT"]
     other = await BrokerConnection.open(host, port)
     try:
-        payload = struct.pack(">hhi", 0, 2, 4243) + struct.pack(">h", -1)  # Produce v2
+        payload = struct.pack(">hhi", 0, 99, 4243) + struct.pack(">h", -1)  # Produce v99
         try:
             await broker_client.send_frame(payload)
         except ConnectionClosed:

@@ -62,11 +62,3 @@ def test_expiry_counts_from_the_commit_or_the_explicit_expire_time():
     assert sorted(r.key.partition for r in expired) == [0, 2]
     apply(m, expired)
     assert set(m.fetch("g", None)) == {("t", 1)}
-
-
-def test_snapshot_records_rebuild_the_same_state():
-    m = OffsetManager(metadata_max_bytes=100, retention_ms=DAY)
-    commit(m, "g", ("t", 0, 1, "x"), ("t", 1, 4, "y"))
-    fresh = OffsetManager(metadata_max_bytes=100, retention_ms=DAY)
-    apply(fresh, m.snapshot_records("g"))
-    assert fresh.fetch("g", None) == m.fetch("g", None)

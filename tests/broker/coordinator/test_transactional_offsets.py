@@ -1,6 +1,6 @@
 """Transactional offset commits (KIP-98's TxnOffsetCommit) in the group coordinator: pending
 until the producer's marker, invisible to OffsetFetch, UNSTABLE to a read_committed one,
-committed or dropped by the marker, and the same after a restart or a compaction.
+committed or dropped by the marker, and the same after a restart.
 
 `Shard` plays the runtime without sockets or files: each partition of `__consumer_offsets` is
 a list of batches (plain or transactional, every record through the codec) and markers, and a
@@ -66,19 +66,6 @@ class Shard:
             fresh.logs[partition] = list(entries)
         fresh.coordinator.on_loaded(fresh.now)
         return fresh
-
-    def compact(self, group_id: str) -> None:
-        """Replace the group's partition by its restatement, as the runtime's compaction does."""
-        partition = self.partition(group_id)
-        self.logs[partition] = [
-            (
-                "batch",
-                b.producer_id,
-                b.producer_epoch,
-                [decode_record(*encode_record(r)) for r in b.records],
-            )
-            for b in self.coordinator.snapshot_batches(partition)
-        ]
 
     def advance(self, ms: int) -> None:
         self.now += ms
@@ -436,46 +423,3 @@ def test_a_restart_replays_pending_offsets_and_their_markers():
         shard.marker("g", P1, commit=True)
     assert view(restarted, ["g"]) == view(s, ["g"])
     assert s.fetch("g", [T0, T1, T2], stable=True) == {T0: 20, T1: 10, T2: 40}
-
-
-def test_compaction_restates_pending_offsets_in_order_with_their_producers():
-    s = Shard()
-    h = other_group(s, "g")
-    _mixed(s)
-    s.txn_commit(h, P1, {T0: 99}, epoch=3)
-    s.compact("g")
-    kinds = [(e[0], e[1], e[2]) for e in s.logs[s.partition("g")]]
-    assert kinds == [
-        ("batch", NO_PRODUCER_ID, -1),
-        ("batch", P1, 3),
-        ("batch", NO_PRODUCER_ID, -1),
-        ("batch", P2, 7),
-        ("batch", P1, 3),
-    ]
-    restarted = s.restart()
-    assert view(restarted, ["g", h]) == view(s, ["g", h])
-    assert restarted.coordinator.snapshot_batches(s.partition("g")) == (
-        s.coordinator.snapshot_batches(s.partition("g"))
-    )
-    # Whatever the outcomes and their order, the markers do the same to both.
-    for outcomes in ([(P1, True), (P2, True)], [(P2, True), (P1, True)], [(P1, False), (P2, True)]):
-        a, b = s.restart(), restarted.restart()
-        for producer_id, commit in outcomes:
-            a.marker("g", producer_id, commit)
-            b.marker("g", producer_id, commit)
-            assert view(a, ["g", h]) == view(b, ["g", h])
-
-
-def test_compacting_twice_keeps_the_same_state():
-    s = Shard()
-    _mixed(s)
-    s.compact("g")
-    once = s.restart()
-    once.compact("g")
-    twice = once.restart()
-    assert view(twice, ["g"]) == view(s, ["g"])
-    for shard in (s, twice):
-        shard.marker("g", P1, commit=True)
-        shard.marker("g", P2, commit=True)
-    assert view(twice, ["g"]) == view(s, ["g"])
-    assert s.fetch("g", [T0, T1, T2]) == {T0: 30, T1: 10, T2: 40}
