@@ -18,6 +18,10 @@ async def handle_delete_records(broker, ctx: RequestContext, request) -> object:
         for p in topic.partitions:
             log, code = rm.lookup(topic.name, p.partition_index)
             low_watermark = -1
+            if code == ErrorCode.none and not log.config.delete:
+                # Kafka: a compact-only topic keeps every key's latest record, so no prefix of
+                # it may be deleted.
+                code = ErrorCode.policy_violation
             if code == ErrorCode.none:
                 target = log.high_watermark if p.offset == HIGH_WATERMARK else p.offset
                 if target < 0:

@@ -10,7 +10,12 @@ from datetime import UTC, datetime
 from kio.schema.errors import ErrorCode
 
 from broker.apis.base import NO_THROTTLE, RequestContext
-from broker.records.batch import BatchHeader, InvalidRecordError, validate_produce_batch
+from broker.records.batch import (
+    BatchHeader,
+    InvalidRecordError,
+    decode_batch,
+    validate_produce_batch,
+)
 from broker.storage.producer_state import ProducerStateError
 
 CLOSE_CONNECTION = object()  # acks=0 has no response: an error closes the connection instead
@@ -148,6 +153,12 @@ def append_batch(
         problem = _timestamp_problem(rm, meta, low, high, now_ms)
         if problem:
             return PartitionResult(ErrorCode.invalid_timestamp, problem)
+    if log.config.compact and any(r.key is None for r in decode_batch(records)[1]):
+        # The one place Produce reads records (Kafka's LogValidator does the same): the
+        # cleaner keeps a record per key, so a keyless one has nothing to be kept by.
+        return PartitionResult(
+            ErrorCode.invalid_record, "Compacted topic cannot accept message without key"
+        )
     if header.is_transactional:
         # Kafka's partition verification (KIP-890 part 1): only a partition the producer's
         # ongoing transaction added takes its data, so no zombie leaves a transaction hanging.
