@@ -62,15 +62,27 @@ def consumer(bootstrap: str, **extra) -> Consumer:
     )
 
 
+def as_rec(msg) -> tuple[int, Rec]:
+    ts_type, ts = msg.timestamp()
+    assert ts_type == TIMESTAMP_CREATE_TIME
+    headers = tuple(msg.headers() or ())
+    return msg.offset(), Rec(msg.partition(), msg.key(), msg.value(), headers, ts)
+
+
 def consume_all(
-    bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 60
-) -> dict[int, list[tuple[int, Rec]]]:
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    expected: int,
+    timeout: float = 60,
+    row=as_rec,
+) -> dict[int, list]:
     """Read every partition from offset 0 until each reports EOF and `expected` records
-    arrived; any error other than EOF fails."""
+    arrived, each as `row(message)`; any error other than EOF fails."""
     c = consumer(bootstrap)
     try:
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        got: dict[int, list[tuple[int, Rec]]] = {p: [] for p in range(partitions)}
+        got: dict[int, list] = {p: [] for p in range(partitions)}
         at_eof: set[int] = set()
         deadline = time.monotonic() + timeout
         while len(at_eof) < partitions or sum(map(len, got.values())) < expected:
@@ -83,12 +95,7 @@ def consume_all(
                 at_eof.add(msg.partition())
                 continue
             at_eof.discard(msg.partition())
-            ts_type, ts = msg.timestamp()
-            assert ts_type == TIMESTAMP_CREATE_TIME
-            headers = tuple(msg.headers() or ())
-            got[msg.partition()].append(
-                (msg.offset(), Rec(msg.partition(), msg.key(), msg.value(), headers, ts))
-            )
+            got[msg.partition()].append(row(msg))
         return got
     finally:
         c.close()

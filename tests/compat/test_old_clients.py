@@ -20,17 +20,15 @@ import time
 import pytest
 from compat_support import PARTITIONS, Rec, by_partition, make_records, topic_name, wait_until
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
     Consumer,
-    KafkaError,
     TopicPartition,
 )
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
 from kafka.errors import InvalidTimestampError, UnsupportedCompressionTypeError
-from test_confluent_kafka import create_topic
+from test_confluent_kafka import consume_all, create_topic
 from test_confluent_kafka import produce as modern_produce
 
 from broker.records import legacy
@@ -98,35 +96,13 @@ def old_produce(bootstrap: str, topic: str, records: list[Rec], mode, codec: str
 
 def modern_consume(bootstrap: str, topic: str, expected: int, partitions: int = PARTITIONS):
     """partition -> [(offset, key, value, (timestamp type, timestamp))] read by librdkafka."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "fjord-compat-unused",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "error",
-            "enable.partition.eof": True,
-            "check.crcs": True,
-        }
+    return consume_all(
+        bootstrap,
+        topic,
+        partitions,
+        expected,
+        row=lambda msg: (msg.offset(), msg.key(), msg.value(), msg.timestamp()),
     )
-    try:
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        got: dict[int, list] = {p: [] for p in range(partitions)}
-        at_eof: set[int] = set()
-        deadline = time.monotonic() + 60
-        while len(at_eof) < partitions or sum(map(len, got.values())) < expected:
-            assert time.monotonic() < deadline, f"consumed {got} eof {at_eof}"
-            msg = c.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                at_eof.add(msg.partition())
-                continue
-            at_eof.discard(msg.partition())
-            got[msg.partition()].append((msg.offset(), msg.key(), msg.value(), msg.timestamp()))
-        return got
-    finally:
-        c.close()
 
 
 def old_consumer(bootstrap: str, mode) -> KafkaConsumer:
