@@ -276,9 +276,7 @@ def _read(broker, ctx: RequestContext, wanted, max_bytes: int, read_committed: b
     """Per partition of `wanted`, in order: (name, topic id, PartitionData); the bytes read and
     whether any partition failed."""
     rm = broker.replica_manager
-    remaining = max_bytes
-    min_one_batch = True  # Kafka returns the first batch whole even when it exceeds the limits
-    total = 0
+    budget = FetchBudget(max_bytes)
     failed = False
     reads = []
     for name, topic_id, p in wanted:
@@ -291,11 +289,11 @@ def _read(broker, ctx: RequestContext, wanted, max_bytes: int, read_committed: b
         aborted = None
         if code == ErrorCode.none:
             try:
-                data = log.read(
+                data, _ = budget.read(
+                    log,
                     p.fetch_offset,
-                    min(p.partition_max_bytes, remaining),
-                    max_offset=log.last_stable_offset if read_committed else log.high_watermark,
-                    min_one_batch=min_one_batch,
+                    p.partition_max_bytes,
+                    log.last_stable_offset if read_committed else log.high_watermark,
                 )
             except OffsetOutOfRangeError:
                 code = ErrorCode.offset_out_of_range
@@ -303,9 +301,6 @@ def _read(broker, ctx: RequestContext, wanted, max_bytes: int, read_committed: b
                 if data.size:
                     # One slice (the usual case) goes out as read; only a few join.
                     records = data.records[0] if len(data.records) == 1 else b"".join(data.records)
-                    remaining = max(0, remaining - data.size)
-                    total += data.size
-                    min_one_batch = False
                 if read_committed:
                     # Kafka bounds the search by the end of what was read; an empty read has
                     # none to report.
@@ -330,7 +325,27 @@ def _read(broker, ctx: RequestContext, wanted, max_bytes: int, read_committed: b
             records=records,
         )
         reads.append((name, topic_id, partition))
-    return reads, total, failed
+    return reads, budget.total, failed
+
+
+class FetchBudget:
+    """A fetch's max_bytes, shared by its partitions in request order. As in Kafka, the first
+    batch read goes out whole even beyond the limits, so a consumer always makes progress."""
+
+    __slots__ = ("remaining", "first", "total")
+
+    def __init__(self, max_bytes: int) -> None:
+        self.remaining, self.first, self.total = max_bytes, True, 0
+
+    def read(self, log, offset: int, partition_max_bytes: int, max_offset: int):
+        """The partition's read (raises OffsetOutOfRangeError) and the byte limit it had."""
+        limit = min(partition_max_bytes, self.remaining)
+        data = log.read(offset, limit, max_offset=max_offset, min_one_batch=self.first)
+        if data.size:
+            self.remaining = max(0, self.remaining - data.size)
+            self.total += data.size
+            self.first = False
+        return data, limit
 
 
 def _topic_responses(ctx: RequestContext, reads) -> tuple:

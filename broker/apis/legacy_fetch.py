@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.apis import list_offsets
 from broker.apis.base import RequestContext
+from broker.apis.fetch import FetchBudget
 from broker.protocol import legacy as wire
 from broker.records import compression as codecs
 from broker.records.batch import iter_batches
@@ -68,9 +69,7 @@ async def handle(broker, ctx: RequestContext, request: wire.FetchRequest) -> wir
 def _read(broker, request: wire.FetchRequest, wanted: list) -> tuple[list[_PartitionRead], int]:
     """The v2 data each partition offers, and its total size (what min_bytes counts)."""
     rm = broker.replica_manager
-    remaining = request.max_bytes
-    first = True  # as Kafka: the first batch goes out whole even beyond the limits
-    total = 0
+    budget = FetchBudget(request.max_bytes)
     reads = []
     for name, p in wanted:
         log, code = rm.lookup(name, p.partition)
@@ -78,10 +77,9 @@ def _read(broker, request: wire.FetchRequest, wanted: list) -> tuple[list[_Parti
             reads.append(_PartitionRead(name, p.partition, code))
             continue
         read = _PartitionRead(name, p.partition, ErrorCode.none, log.high_watermark)
-        limit = min(p.partition_max_bytes, remaining)
         try:
-            data = log.read(
-                p.fetch_offset, limit, max_offset=log.high_watermark, min_one_batch=first
+            data, limit = budget.read(
+                log, p.fetch_offset, p.partition_max_bytes, log.high_watermark
             )
         except OffsetOutOfRangeError:
             read.error_code = ErrorCode.offset_out_of_range
@@ -90,11 +88,8 @@ def _read(broker, request: wire.FetchRequest, wanted: list) -> tuple[list[_Parti
                 read.fetch_offset = p.fetch_offset
                 read.limit = limit
                 read.chunks = tuple(data.records)
-                remaining = max(0, remaining - data.size)
-                total += data.size
-                first = False
         reads.append(read)
-    return reads, total
+    return reads, budget.total
 
 
 def _compressed(read: _PartitionRead) -> bool:
@@ -149,7 +144,7 @@ def handle_list_offsets_v0(
             log, code = rm.lookup(topic.name, p.partition_index)
             offsets: tuple[int, ...] = ()
             if log is not None:
-                offset, _ = list_offsets._lookup(log, p.timestamp, READ_UNCOMMITTED)
+                offset, _ = list_offsets.offset_for(log, p.timestamp, READ_UNCOMMITTED)
                 if offset >= 0 and p.max_num_offsets > 0:
                     offsets = (offset,)
             partitions.append(wire.ListOffsetsPartitionResponse(p.partition_index, code, offsets))

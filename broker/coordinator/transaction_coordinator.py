@@ -278,10 +278,7 @@ class TransactionCoordinator:
         meta = self.transactions.get(transactional_id)
         if meta is None or meta.state not in _PREPARED:
             return []
-        new = replace(
-            meta, state=_PREPARED[meta.state], partitions=frozenset(), last_update_ms=now_ms
-        )
-        return [new.record()]
+        return self._complete_record(meta, now_ms)
 
     # -- timers ------------------------------------------------------------------------------
 

@@ -44,7 +44,10 @@ def consumer(bootstrap: str) -> KafkaConsumer:
     )
 
 
-def produce(bootstrap: str, topic: str, records: list[Rec], codec: str) -> dict[int, list[int]]:
+def produce(
+    bootstrap: str, topic: str, records: list[Rec], codec: str, **config
+) -> dict[int, list[int]]:
+    """Partition -> acknowledged offsets; `config` adds producer settings (an api_version)."""
     producer = KafkaProducer(
         bootstrap_servers=bootstrap,
         acks="all",
@@ -52,6 +55,7 @@ def produce(bootstrap: str, topic: str, records: list[Rec], codec: str) -> dict[
         compression_type=None if codec == "none" else codec,
         linger_ms=20,
         max_request_size=1_000_000,
+        **config,
     )
     try:
         futures = [
@@ -60,7 +64,7 @@ def produce(bootstrap: str, topic: str, records: list[Rec], codec: str) -> dict[
                 value=r.value,
                 key=r.key,
                 partition=r.partition,
-                headers=list(r.headers),
+                headers=list(r.headers) or None,  # magic 0/1 (old api_versions) carry none
                 timestamp_ms=r.timestamp,
             )
             for r in records

@@ -30,6 +30,7 @@ from kafka import TopicPartition as KTopicPartition
 from kafka.errors import InvalidTimestampError, UnsupportedCompressionTypeError
 from test_confluent_kafka import consume_all, create_topic
 from test_confluent_kafka import produce as modern_produce
+from test_kafka_python import produce as kafka_python_produce
 
 from broker.records import legacy
 
@@ -69,29 +70,7 @@ def legacy_records(n: int = 30) -> list[Rec]:
 
 
 def old_produce(bootstrap: str, topic: str, records: list[Rec], mode, codec: str):
-    producer = KafkaProducer(
-        bootstrap_servers=bootstrap,
-        api_version=mode,
-        acks="all",
-        compression_type=None if codec == "none" else codec,
-        linger_ms=20,
-        max_request_size=1_000_000,
-    )
-    try:
-        futures = [
-            producer.send(
-                topic, key=r.key, value=r.value, partition=r.partition, timestamp_ms=r.timestamp
-            )
-            for r in records
-        ]
-        producer.flush(30)
-        acked: dict[int, list[int]] = {}
-        for f in futures:
-            md = f.get(timeout=30)
-            acked.setdefault(md.partition, []).append(md.offset)
-        return acked
-    finally:
-        producer.close(timeout=10)
+    return kafka_python_produce(bootstrap, topic, records, codec, api_version=mode)
 
 
 def modern_consume(bootstrap: str, topic: str, expected: int, partitions: int = PARTITIONS):
