@@ -1,10 +1,16 @@
-"""Sparse segment indexes in Kafka's file formats, held in memory and written through.
+"""Sparse segment indexes in Kafka's file formats, held in memory and written on flush.
 
 `.index`: 8-byte entries (int32 offset relative to the segment base, int32 file position),
 mapping the LAST offset of an indexed batch to the position where that batch starts.
 `.timeindex`: 12-byte entries (int64 timestamp, int32 relative offset), timestamps strictly
-increasing. Both big-endian. Kafka preallocates and mmaps them; we append entries to the
-file as they are made, so the file is always a valid, trimmed index.
+increasing. Both big-endian.
+
+Kafka mmaps its indexes and closes their files, so a segment costs one descriptor (its log)
+and index pages reach the disk when the segment is flushed. Likewise here: entries live in
+memory and flush() appends the new ones to the file, which is opened only for that. A
+partition thus holds one descriptor per segment, and 10,000 partitions fit in 20,000 files.
+After a crash an index may lag its log; segments past the recovery point are re-indexed by
+recovery, and the ones before it were flushed, indexes included.
 """
 
 from __future__ import annotations
@@ -31,28 +37,61 @@ class _IndexFile:
         self.path = path
         self.base_offset = base_offset
         self.max_entries = max_entries
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._in_file = 0  # entries the file holds; the rest are only in memory
+        self._closed = False
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def _encode(self, start: int, end: int) -> bytes:
+        """Entries [start, end) in the file's format."""
+        raise NotImplementedError
 
     def _read_all(self) -> bytes:
-        size = os.fstat(self._fd).st_size
-        return os.pread(self._fd, size, 0) if size else b""
+        try:
+            return self.path.read_bytes()
+        except FileNotFoundError:
+            return b""
 
-    def _write(self, entry: bytes) -> None:
-        os.write(self._fd, entry)
+    def _loaded(self) -> None:
+        self._in_file = len(self)
 
-    def _truncate_entries(self, count: int, entry_size: int) -> None:
-        os.ftruncate(self._fd, count * entry_size)
+    def _reset_file(self) -> None:
+        self._in_file = 0
+        with open(self.path, "wb"):
+            pass
 
     def flush(self) -> None:
-        os.fsync(self._fd)
+        """Append the entries the file lacks and fsync it. Safe in a worker thread next to
+        appends: it writes the entries that existed when it started."""
+        self._write_pending(sync=True)
 
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+    def _write_pending(self, *, sync: bool) -> None:
+        if self._closed:
+            return
+        end = len(self)
+        data = self._encode(self._in_file, end)
+        if not data and not sync and self.path.exists():
+            return
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            if data:
+                os.write(fd, data)
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._in_file = end
+
+    def close(self, *, persist: bool = True) -> None:
+        """Write what the file lacks (unless the segment is being deleted); idempotent."""
+        if persist:
+            self._write_pending(sync=False)
+        self._closed = True
 
     def rename(self, path: Path) -> None:
-        os.rename(self.path, path)
+        if self.path.exists():
+            os.rename(self.path, path)
         self.path = path
 
 
@@ -82,9 +121,19 @@ class OffsetIndex(_IndexFile):
             if i and (offsets[i] <= offsets[i - 1] or positions[i] <= positions[i - 1]):
                 raise CorruptIndexError(f"{self.path}: entry {i} not increasing")
         self._offsets, self._positions = offsets, positions
+        self._loaded()
 
     def __len__(self) -> int:
-        return len(self._offsets)
+        # Positions are appended after offsets: a flush in another thread sees whole entries.
+        return len(self._positions)
+
+    def _encode(self, start: int, end: int) -> bytes:
+        pairs = array("i", bytes(8 * (end - start)))
+        pairs[0::2] = self._offsets[start:end]
+        pairs[1::2] = self._positions[start:end]
+        if sys.byteorder == "little":
+            pairs.byteswap()
+        return pairs.tobytes()
 
     @property
     def is_full(self) -> bool:
@@ -101,7 +150,6 @@ class OffsetIndex(_IndexFile):
         relative = offset - self.base_offset
         if self._offsets and relative <= self._offsets[-1]:
             raise ValueError(f"index offset {offset} not above the last entry")
-        self._write(_OFFSET_ENTRY.pack(relative, position))
         self._offsets.append(relative)
         self._positions.append(position)
 
@@ -114,7 +162,7 @@ class OffsetIndex(_IndexFile):
 
     def reset(self) -> None:
         self._offsets, self._positions = array("i"), array("i")
-        self._truncate_entries(0, OFFSET_ENTRY_SIZE)
+        self._reset_file()
 
 
 class TimeIndex(_IndexFile):
@@ -135,9 +183,15 @@ class TimeIndex(_IndexFile):
             timestamps.append(ts)
             offsets.append(rel)
         self._timestamps, self._offsets = timestamps, offsets
+        self._loaded()
 
     def __len__(self) -> int:
-        return len(self._timestamps)
+        return len(self._offsets)  # appended after the timestamp (see OffsetIndex.__len__)
+
+    def _encode(self, start: int, end: int) -> bytes:
+        return b"".join(
+            _TIME_ENTRY.pack(self._timestamps[i], self._offsets[i]) for i in range(start, end)
+        )
 
     @property
     def is_full(self) -> bool:
@@ -161,7 +215,6 @@ class TimeIndex(_IndexFile):
         relative = offset - self.base_offset
         if self._offsets and relative < self._offsets[-1]:
             raise ValueError(f"time index offset {offset} below the last entry")
-        self._write(_TIME_ENTRY.pack(timestamp, relative))
         self._timestamps.append(timestamp)
         self._offsets.append(relative)
 
@@ -174,4 +227,4 @@ class TimeIndex(_IndexFile):
 
     def reset(self) -> None:
         self._timestamps, self._offsets = array("q"), array("i")
-        self._truncate_entries(0, TIME_ENTRY_SIZE)
+        self._reset_file()

@@ -823,9 +823,9 @@ class Log:
         """Close without flushing and remove the whole partition directory."""
         with self._lock:
             for segment in self._segments:
-                segment.close()
+                segment.close(persist=False)
             for _, segment in self._pending_deletes:
-                segment.close()
+                segment.close(persist=False)
             self._pending_deletes = []
             shutil.rmtree(self.directory, ignore_errors=True)
 

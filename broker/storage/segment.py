@@ -347,12 +347,14 @@ class LogSegment:
         self.time_index.flush()
         self.txn_index.flush()
 
-    def close(self) -> None:
+    def close(self, *, persist: bool = True) -> None:
+        """Close the log file; `persist` writes index entries not yet in their files (a
+        segment about to be deleted skips that)."""
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-        self.offset_index.close()
-        self.time_index.close()
+        self.offset_index.close(persist=persist)
+        self.time_index.close(persist=persist)
         self.txn_index.close()
 
     def mark_deleted(self) -> None:
@@ -382,7 +384,7 @@ class LogSegment:
         self.log_path = path
 
     def delete_files(self) -> None:
-        self.close()
+        self.close(persist=False)
         for path in (
             self.log_path,
             self.offset_index.path,

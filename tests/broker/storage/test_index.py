@@ -1,3 +1,4 @@
+import os
 import struct
 
 import pytest
@@ -78,3 +79,30 @@ def test_time_index_sanity_check(tmp_path):
     with pytest.raises(CorruptIndexError):
         index.load()
     index.close()
+
+
+def test_entries_reach_the_file_on_flush_only_and_no_descriptor_stays_open(tmp_path):
+    path = tmp_path / "00000000000000000000.index"
+    index = OffsetIndex(path, 0, max_entries=10)
+    index.reset()
+    index.append(5, 100)
+    assert path.read_bytes() == b""
+    index.flush()
+    index.append(9, 300)
+    assert path.read_bytes() == struct.pack(">ii", 5, 100)
+    index.flush()
+    assert path.read_bytes() == struct.pack(">iiii", 5, 100, 9, 300)
+    assert str(path) not in open_files()
+    index.append(12, 400)
+    index.close(persist=False)  # a segment being deleted: nothing more is written
+    assert len(path.read_bytes()) == 16
+
+
+def open_files() -> set[str]:
+    names = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            names.add(os.readlink(f"/proc/self/fd/{fd}"))
+        except FileNotFoundError:  # the descriptor listdir itself used
+            pass
+    return names
