@@ -189,16 +189,20 @@ def _stop(process: subprocess.Popen) -> None:
         process.wait()
 
 
-def create_topics(broker: Broker, partitions: int, names: list[str]) -> None:
+def create_topics(
+    broker: Broker, partitions: int, names: list[str], *, timeout: float = 30
+) -> None:
+    """`timeout` (seconds) bounds the CreateTopics request, which Fjord answers once every
+    partition's log exists, and the metadata request that checks the result."""
     client_log = ClientLog()
     admin = AdminClient({"bootstrap.servers": broker.bootstrap, "logger": client_log.logger})
     try:
         futures = admin.create_topics(
-            [NewTopic(name, partitions, 1) for name in names], request_timeout=30
+            [NewTopic(name, partitions, 1) for name in names], request_timeout=timeout
         )
         for future in futures.values():
             future.result()
-        metadata = admin.list_topics(timeout=30)
+        metadata = admin.list_topics(timeout=timeout)
     except KafkaException as error:
         raise BrokerError(
             f"{broker.name}: creating topics {names} failed: {error}\n"
