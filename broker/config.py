@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from broker.storage.config import magic_of_version
+
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
 
@@ -99,6 +101,14 @@ def one_of(*allowed: str) -> Callable[[object], str | None]:
         return f"String must be one of: {', '.join(allowed)}" if bad or not values else None
 
     return check
+
+
+def kafka_version(v: object) -> str | None:
+    try:
+        magic_of_version(str(v))
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 LISTENER_RE = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[^\]]*\]|[^:]*):(?P<port>\d+)$")
@@ -202,6 +212,25 @@ _TOPIC = [
         3600000,
         at_least(0),
         "How far a CreateTime timestamp may lie after the broker's time.",
+    ),
+    (
+        "message.timestamp.difference.max.ms",
+        "log.message.timestamp.difference.max.ms",
+        "long",
+        LONG_MAX,
+        at_least(0),
+        "Kafka before 4.0: how far a CreateTime timestamp may lie from the broker's time either "
+        "way. Applies together with message.timestamp.before/after.max.ms; the tightest wins.",
+    ),
+    (
+        "message.format.version",
+        "log.message.format.version",
+        "string",
+        "3.0-IV1",
+        kafka_version,
+        "The record format the log writes, as the Kafka release that introduced it (seed 004): "
+        "before 0.10.0 magic 0, before 0.11.0 magic 1 (no headers, transactions or idempotence; "
+        "v2 batches are converted on append, v4+ fetches get the entries as stored), else v2.",
     ),
     (
         "retention.ms",

@@ -11,11 +11,11 @@ compressed or large runs in a thread.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import list_offsets
 from broker.apis.base import RequestContext
 from broker.apis.fetch import FetchBudget
 from broker.protocol import legacy as wire
@@ -26,7 +26,6 @@ from broker.server.replica_manager import FetchWaiter
 from broker.storage import OffsetOutOfRangeError
 
 INLINE_LIMIT = 16 * 1024  # uncompressed data up to this size is converted on the loop
-READ_UNCOMMITTED = 0
 
 
 @dataclass(slots=True)
@@ -132,11 +131,10 @@ def _response(version: int, reads: list[_PartitionRead], converted: list) -> wir
 def handle_list_offsets_v0(
     broker, ctx: RequestContext, request: wire.ListOffsetsRequest
 ) -> wire.ListOffsetsResponse:
-    """ListOffsets v0 answers a list of at most max_num_offsets offsets. Kafka derived the
-    list from segment files' modification times; here it holds the one offset v1+ would
-    answer (LATEST the high watermark, EARLIEST the log start offset, a timestamp the first
-    offset stamped at or after it), or none."""
+    """ListOffsets v0 answers up to max_num_offsets offsets found by the segment files'
+    modification times, as Kafka did (Log.offsets_before), not by record timestamps."""
     rm = broker.replica_manager
+    now_ms = int(time.time() * 1000)
     topics = []
     for topic in request.topics:
         partitions = []
@@ -144,9 +142,7 @@ def handle_list_offsets_v0(
             log, code = rm.lookup(topic.name, p.partition_index)
             offsets: tuple[int, ...] = ()
             if log is not None:
-                offset, _ = list_offsets.offset_for(log, p.timestamp, READ_UNCOMMITTED)
-                if offset >= 0 and p.max_num_offsets > 0:
-                    offsets = (offset,)
+                offsets = tuple(log.offsets_before(p.timestamp, p.max_num_offsets, now_ms))
             partitions.append(wire.ListOffsetsPartitionResponse(p.partition_index, code, offsets))
         topics.append(wire.ListOffsetsTopicResponse(topic.name, tuple(partitions)))
     return wire.ListOffsetsResponse.at(ctx.api_version)(topics=tuple(topics))

@@ -101,13 +101,14 @@ def _start(broker, tp: tuple[str, int], records, acks: int):
     rm = broker.replica_manager
     target = TARGET_CODECS.get(rm.topic_config_value(meta, "compression.type"))
     compacted = "compact" in rm.topic_config_value(meta, "cleanup.policy")
+    on_disk = log.config.message_format_magic
     heavy = len(records) > INLINE_LIMIT or (
         len(records) > _ATTRIBUTES and records[_ATTRIBUTES] & COMPRESSION_MASK
     )
     if heavy:
-        work = broker.run_blocking(_convert, records, target, compacted)
+        work = broker.run_blocking(_convert, records, target, compacted, on_disk)
     else:
-        work = _done(_convert(records, target, compacted))
+        work = _done(_convert(records, target, compacted, on_disk))
     return None, asyncio.ensure_future(work)
 
 
@@ -115,9 +116,13 @@ async def _done(value):
     return value
 
 
-def _convert(records, target: int | None, compacted: bool) -> UpConverted | InvalidRecordError:
+def _convert(
+    records, target: int | None, compacted: bool, on_disk: int
+) -> UpConverted | InvalidRecordError:
     try:
-        return up_convert(records, target_compression=target, compacted=compacted)
+        return up_convert(
+            records, target_compression=target, compacted=compacted, keep_magic=on_disk
+        )
     except InvalidRecordError as e:
         return e
 
@@ -162,6 +167,7 @@ def _append(
         now_ms,
         to_flush,
         timestamp_bounds=(converted.min_timestamp, converted.max_timestamp),
+        as_is=converted.as_is,
     )
 
 

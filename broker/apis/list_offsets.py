@@ -25,7 +25,7 @@ def handle_list_offsets(broker, ctx: RequestContext, request) -> object:
                 code = rm.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
             offset = timestamp = -1
             if code == ErrorCode.none:
-                offset, timestamp = offset_for(log, p.timestamp, isolation_level)
+                offset, timestamp = _offset_for(log, p.timestamp, isolation_level)
             partitions.append(
                 ctx.response(
                     "ListOffsetsPartitionResponse",
@@ -42,7 +42,7 @@ def handle_list_offsets(broker, ctx: RequestContext, request) -> object:
     return ctx.response("ListOffsetsResponse", throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
-def offset_for(log, spec: int, isolation_level: int) -> tuple[int, int]:
+def _offset_for(log, spec: int, isolation_level: int) -> tuple[int, int]:
     """(offset, timestamp) ListOffsets answers for `spec`: a timestamp, or EARLIEST, LATEST
     or MAX_TIMESTAMP; every version (v0 in legacy_fetch.py) asks this."""
     # What a consumer of this isolation level may fetch (Kafka's lastFetchableOffset): LATEST

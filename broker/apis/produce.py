@@ -11,11 +11,13 @@ from kio.schema.errors import ErrorCode
 
 from broker.apis.base import NO_THROTTLE, RequestContext
 from broker.records.batch import (
+    MAGIC_V2,
     BatchHeader,
     InvalidRecordError,
     decode_batch,
     validate_produce_batch,
 )
+from broker.records.legacy import LegacyAppend, to_legacy
 from broker.storage.producer_state import ProducerStateError
 
 CLOSE_CONNECTION = object()  # acks=0 has no response: an error closes the connection instead
@@ -124,12 +126,15 @@ def append_batch(
     to_flush: list,
     *,
     timestamp_bounds: tuple[int, int] | None = None,
+    as_is: LegacyAppend | None = None,
 ) -> PartitionResult:
     """Append one validated v2 batch to the partition `writable_partition` found: topic
     limits, timestamps, transaction and producer-state checks, then Log.append.
 
     `timestamp_bounds` (lowest, highest; -1 for none) replaces the header's bounds when the
-    caller knows the records' exact ones (an up-converted message set)."""
+    caller knows the records' exact ones (an up-converted message set), and `as_is` is that
+    set as produced, appended instead of converting the batch back when the log keeps the
+    set's magic."""
     rm = broker.replica_manager
     if header.is_control:
         return PartitionResult(
@@ -159,6 +164,14 @@ def append_batch(
         return PartitionResult(
             ErrorCode.invalid_record, "Compacted topic cannot accept message without key"
         )
+    legacy = None
+    magic = log.config.message_format_magic
+    if magic < MAGIC_V2:
+        try:
+            legacy = as_is if as_is is not None and as_is.magic == magic else None
+            legacy = legacy or to_legacy(records, magic)
+        except InvalidRecordError as e:
+            return PartitionResult(ErrorCode(e.error_code), str(e))
     if header.is_transactional:
         # Kafka's partition verification (KIP-890 part 1): only a partition the producer's
         # ongoing transaction added takes its data, so no zombie leaves a transaction hanging.
@@ -184,10 +197,13 @@ def append_batch(
                 log_append_time_ms=now_ms if log.config.log_append_time else -1,
                 log_start_offset=log.log_start_offset,
             )
-    appended = log.append(records, header, now_ms=now_ms, leader_epoch=rm.leader_epoch)
+    if legacy is not None:
+        appended = log.append_legacy(legacy, now_ms=now_ms)
+    else:
+        appended = log.append(records, header, now_ms=now_ms, leader_epoch=rm.leader_epoch)
     if appended.flush_due:
         to_flush.append(log)
-    rm.appended((topic, partition), header.size)
+    rm.appended((topic, partition), appended.size)
     return PartitionResult(
         ErrorCode.none,
         base_offset=appended.base_offset,
@@ -214,16 +230,20 @@ def _partition_response(ctx, partition: int, result: PartitionResult):
 
 
 def _timestamp_problem(rm, meta, low: int, high: int, now_ms: int) -> str | None:
-    after = rm.topic_config_value(meta, "message.timestamp.after.max.ms")
-    before = rm.topic_config_value(meta, "message.timestamp.before.max.ms")
+    after_name, after = _timestamp_bound(rm, meta, "message.timestamp.after.max.ms")
+    before_name, before = _timestamp_bound(rm, meta, "message.timestamp.before.max.ms")
     if high - now_ms > after:
-        return (
-            f"Timestamp {high} is more than "
-            f"message.timestamp.after.max.ms={after} ahead of the broker's time"
-        )
+        return f"Timestamp {high} is more than {after_name}={after} ahead of the broker's time"
     if low >= 0 and now_ms - low > before:
-        return (
-            f"Timestamp {low} is more than "
-            f"message.timestamp.before.max.ms={before} behind the broker's time"
-        )
+        return f"Timestamp {low} is more than {before_name}={before} behind the broker's time"
     return None
+
+
+def _timestamp_bound(rm, meta, name: str) -> tuple[str, int]:
+    """A one-sided bound or, when tighter, Kafka 3's two-sided
+    message.timestamp.difference.max.ms; named for the error message."""
+    limit = rm.topic_config_value(meta, name)
+    difference = rm.topic_config_value(meta, "message.timestamp.difference.max.ms")
+    if difference < limit:
+        return "message.timestamp.difference.max.ms", difference
+    return name, limit

@@ -3,11 +3,18 @@
 The broker's hot path never touches records: it reads the 61-byte header, checks the CRC32C
 and writes the batch out with a new base offset. Records are decoded only for tests, the
 client, compaction and timestamp lookups.
+
+A log may also hold entries of the older formats (a topic whose message.format.version is
+before 0.11, seed 004). They share the v2 framing: an int64 offset, an int32 length of what
+follows, the magic at byte 16. `read_entry_header` frames either kind into a BatchHeader, so
+segments, recovery and fetches walk mixed logs without knowing formats; broker/records/legacy.py
+owns what lies inside a legacy entry.
 """
 
 from __future__ import annotations
 
 import struct
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -24,6 +31,7 @@ from broker.records.record import Header, Record, decode_records, encode_record
 
 __all__ = [
     "BATCH_HEADER_SIZE",
+    "MIN_ENTRY_HEADER_SIZE",
     "BatchHeader",
     "InvalidRecordError",
     "Record",
@@ -32,6 +40,7 @@ __all__ = [
     "decode_batch",
     "encode_batch",
     "iter_batches",
+    "read_entry_header",
     "read_header",
     "validate_produce_batch",
     "with_log_append_time",
@@ -68,6 +77,15 @@ LOG_APPEND_TIME = 1
 NO_TIMESTAMP = -1
 
 _MIN_BATCH_LENGTH = BATCH_HEADER_SIZE - LOG_OVERHEAD
+
+# A magic 0/1 entry: offset, size, CRC32 over the rest from the magic on, magic, attributes,
+# and for magic 1 a timestamp. Its offset is that of its last message (a compressed wrapper's
+# inner messages end there), the smallest ones are 26 and 34 bytes.
+_LEGACY_V0 = struct.Struct(">qiIbb")
+_LEGACY_V1 = struct.Struct(">qiIbbq")
+_LEGACY_MIN_LENGTH = {0: 14, 1: 22}  # crc, magic, attributes, [timestamp], key and value sizes
+# Bytes that frame any entry: enough for a v0/v1 header; a v2 one needs BATCH_HEADER_SIZE.
+MIN_ENTRY_HEADER_SIZE = _LEGACY_V1.size  # 26
 
 
 @dataclass(slots=True, frozen=True)
@@ -135,8 +153,39 @@ def read_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
     return BatchHeader(*_HEADER.unpack_from(buf, pos))
 
 
+def read_entry_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader | None:
+    """Frame the log entry at `pos`: a v2 batch's header, or for a magic 0/1 entry a header
+    of one offset (the entry's), no producer, its timestamp as both bounds. None when the
+    bytes from `pos` hold no whole header or an impossible magic or length; the entry's
+    size is not checked against the buffer."""
+    left = len(buf) - pos
+    if left < MIN_ENTRY_HEADER_SIZE - 8:
+        return None
+    magic = buf[pos + MAGIC_OFFSET]
+    if magic == MAGIC_V2:
+        if left < BATCH_HEADER_SIZE:
+            return None
+        header = BatchHeader(*_HEADER.unpack_from(buf, pos))
+        return header if header.batch_length >= _MIN_BATCH_LENGTH else None
+    if magic == 0:
+        offset, length, crc, _, attributes = _LEGACY_V0.unpack_from(buf, pos)
+        timestamp = NO_TIMESTAMP
+    elif magic == 1 and left >= MIN_ENTRY_HEADER_SIZE:
+        offset, length, crc, _, attributes, timestamp = _LEGACY_V1.unpack_from(buf, pos)
+    else:
+        return None
+    if length < _LEGACY_MIN_LENGTH[magic]:
+        return None
+    return BatchHeader(
+        offset, length, -1, magic, crc, attributes, 0, timestamp, timestamp, -1, -1, -1, 1
+    )
+
+
 def crc_matches(buf: bytes | memoryview, pos: int, header: BatchHeader) -> bool:
-    """Whether the stored CRC32C matches bytes [attributes, end of batch) of the batch at `pos`."""
+    """Whether the stored checksum matches the entry at `pos`: CRC32C of [attributes, end) for
+    a v2 batch, CRC32 of [magic, end) for a magic 0/1 entry."""
+    if header.magic != MAGIC_V2:
+        return zlib.crc32(memoryview(buf)[pos + MAGIC_OFFSET : pos + header.size]) == header.crc
     view = memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + header.size]
     return crc32c.crc32c(view) == header.crc
 
@@ -196,18 +245,17 @@ def _starts_whole_batch(data: bytes | memoryview, pos: int) -> bool:
 
 
 def iter_batches(buf: bytes | memoryview, pos: int = 0) -> Iterator[tuple[int, BatchHeader]]:
-    """Yield (position, header) of each whole v2 batch from `pos`.
+    """Yield (position, header) of each whole log entry from `pos`: v2 batches and, in a log
+    that holds them, magic 0/1 entries (see read_entry_header).
 
-    Stops silently at a partial batch, an impossible length or a non-v2 magic: whatever
+    Stops silently at a partial entry, an impossible length or an unknown magic: whatever
     follows cannot be framed, so callers treat the stop position as the valid end.
     CRCs are not checked here (see crc_matches).
     """
     end = len(buf)
-    while end - pos >= BATCH_HEADER_SIZE:
-        header = read_header(buf, pos)
-        if header.magic != MAGIC_V2 or header.batch_length < _MIN_BATCH_LENGTH:
-            return
-        if pos + header.size > end:
+    while True:
+        header = read_entry_header(buf, pos)
+        if header is None or pos + header.size > end:
             return
         yield pos, header
         pos += header.size

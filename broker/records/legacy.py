@@ -1,9 +1,13 @@
 """Message sets of magic 0 and 1, the formats before RecordBatch v2, and their conversions.
 
-Fjord keeps only v2 on disk, as Kafka 4 does. Produce v0-2 brings magic 0/1 message sets,
-which are up-converted into one v2 batch on append; Fetch v0-3 reads v2 batches, which are
-down-converted to the newest magic the request version allows. Both conversions decode every
-record, so they are the broker's per-record Python work the design allows for old clients.
+Fjord keeps v2 on disk, as Kafka 4 does, unless a topic's message.format.version predates
+0.11 (seed 004: magic 0 before 0.10, magic 1 before 0.11). Produce v0-2 brings magic 0/1
+message sets, which are up-converted into one v2 batch; a topic kept in an old format gets
+its batches down-converted on append (`to_legacy`, placed by `LegacyAppend.stamp`). Fetch
+v0-3 down-converts what it reads to the newest magic the request version allows; Fetch v4+
+gets old-format entries as they are on disk, which every client reads. The conversions decode
+every record, so they are the broker's per-record Python work the design allows for old
+clients.
 
 An entry is `offset int64, size int32, crc uint32, magic int8, attributes int8, [timestamp
 int64, magic 1 only], key bytes, value bytes`; the CRC is CRC32 (not v2's CRC32C) over the
@@ -43,6 +47,7 @@ from broker.records.errors import (
     CORRUPT_MESSAGE,
     INVALID_RECORD,
     UNSUPPORTED_COMPRESSION_TYPE,
+    UNSUPPORTED_FOR_MESSAGE_FORMAT,
     InvalidRecordError,
 )
 from broker.records.record import Record
@@ -51,6 +56,7 @@ __all__ = [
     "MAGIC_V0",
     "MAGIC_V1",
     "DownConverted",
+    "LegacyAppend",
     "Message",
     "UpConverted",
     "build_message_set",
@@ -60,6 +66,7 @@ __all__ = [
     "encode_wrapper",
     "iter_entries",
     "magic_for_fetch_version",
+    "to_legacy",
     "unwrap",
     "up_convert",
     "xxh32",
@@ -372,10 +379,16 @@ class UpConverted:
     max_timestamp: int
     claims_log_append_time: bool
     untimed_claims_log_append_time: bool
+    # The set as produced, for a log kept in its magic (see up_convert's `keep_magic`).
+    as_is: LegacyAppend | None = None
 
 
 def up_convert(
-    data: bytes | memoryview, *, target_compression: int | None = None, compacted: bool = False
+    data: bytes | memoryview,
+    *,
+    target_compression: int | None = None,
+    compacted: bool = False,
+    keep_magic: int | None = None,
 ) -> UpConverted:
     """Validate a Produce v0-2 message set and rebuild it as one v2 batch.
 
@@ -384,6 +397,8 @@ def up_convert(
     values and (magic 1) timestamps; magic 0 ones get no timestamp (-1). Offsets become
     consecutive deltas from 0 whatever the producer wrote. `target_compression` None keeps
     the producer's codec. A compacted topic refuses messages without a key.
+    When the set's magic is `keep_magic` (the log's on-disk magic) and its offsets need no
+    reassignment, `as_is` also holds it ready to append as produced (KIP-31).
     Raises InvalidRecordError with CORRUPT_MESSAGE, INVALID_RECORD or
     UNSUPPORTED_COMPRESSION_TYPE.
     """
@@ -431,7 +446,116 @@ def up_convert(
         max(timed, default=NO_TIMESTAMP),
         bool(claiming),
         any(m.timestamp == NO_TIMESTAMP for m in claiming),
+        _as_is(data, sized, messages) if keep_magic == magic else None,
     )
+
+
+def _as_is(
+    data: bytes | memoryview, sized: list[tuple[int, Message]], messages: list[Message]
+) -> LegacyAppend | None:
+    """The produced set with offsets counting from 0, or None when a wrapper's inner offsets
+    have holes (KIP-31: the broker then reassigns them, which means rebuilding). Magic 1
+    readers count inner offsets back from the last one; magic 0 ones are placed as written,
+    so they must be 0, 1, ..."""
+    entries = [m for _, m in sized]
+    magic = entries[0].magic
+    if entries[0].compression != codecs.NONE:
+        offsets = [m.offset for m in messages]
+        start = offsets[0] if magic > MAGIC_V0 else 0
+        if offsets != list(range(start, start + len(offsets))):
+            return None
+    out = bytearray(data)
+    pos = 0
+    offset = -1
+    for size, m in sized:
+        offset += len(messages) if m.compression != codecs.NONE else 1
+        _INT64.pack_into(out, pos, offset)
+        pos += size
+    timestamp = max(m.timestamp for m in entries) if magic > MAGIC_V0 else NO_TIMESTAMP
+    return LegacyAppend(bytes(out), magic, len(messages), timestamp)
+
+
+# -- old formats on disk (message.format.version before 0.11) ------------------------------
+
+
+@dataclass(slots=True, frozen=True)
+class LegacyAppend:
+    """A message set bound for a log kept in magic 0/1, built with offsets counting from 0
+    (`count` of them), placed by `stamp` once the log knows its base offset."""
+
+    data: bytes
+    magic: int
+    count: int
+    max_timestamp: int
+
+    def stamp(
+        self, base_offset: int, log_append_time: int | None = None
+    ) -> tuple[bytes, list[tuple[int, int, int]]]:
+        """The set at `base_offset`, and (position, offset, max timestamp) of each shallow
+        entry for the segment's indexes.
+
+        KIP-31: a shallow entry's offset lies outside its CRC, and a magic 1 wrapper's inner
+        offsets are relative, so placing costs no recompression; a magic 0 wrapper's inner
+        offsets are absolute and it is rebuilt. `log_append_time` stamps a magic 1 set's
+        shallow entries (their timestamp, attribute bit and CRC; a wrapper's inner messages
+        stay as they are, their readers take the wrapper's time, as in Kafka)."""
+        out = bytearray()
+        entries = []
+        for pos, header in iter_batches(self.data):
+            start = len(out)
+            offset = base_offset + header.base_offset
+            raw = memoryview(self.data)[pos : pos + header.size]
+            if self.magic == MAGIC_V0 and header.compression != codecs.NONE:
+                (_, wrapper), *_ = iter_entries(raw)
+                inner = unwrap(wrapper)
+                out += build_message_set(
+                    [(m.key, m.value, NO_TIMESTAMP) for m in inner],
+                    magic=MAGIC_V0,
+                    compression=header.compression,
+                    offsets=[base_offset + m.offset for m in inner],
+                )
+            else:
+                out += raw
+                _INT64.pack_into(out, start, offset)
+                if log_append_time is not None and self.magic > MAGIC_V0:
+                    out[start + _MAGIC_OFFSET + 1] |= TIMESTAMP_TYPE_MASK
+                    _INT64.pack_into(out, start + _MAGIC_OFFSET + 2, log_append_time)
+                    crc = zlib.crc32(memoryview(out)[start + _MAGIC_OFFSET :])
+                    struct.pack_into(">I", out, start + _CRC_OFFSET, crc)
+            timestamp = header.max_timestamp
+            if log_append_time is not None and self.magic > MAGIC_V0:
+                timestamp = log_append_time
+            entries.append((start, offset, timestamp))
+        return bytes(out), entries
+
+
+def to_legacy(batch: bytes | memoryview, magic: int) -> LegacyAppend:
+    """A produced v2 batch as a magic 0/1 message set for a log kept in that format, as
+    Kafka's LogValidator converts on append: one wrapper of the same codec when compressed,
+    consecutive offsets. Headers have no place in the old formats and zstd no old form:
+    refused (UNSUPPORTED_FOR_MESSAGE_FORMAT, UNSUPPORTED_COMPRESSION_TYPE), nothing dropped."""
+    header, records = decode_batch(batch)
+    if header.producer_id >= 0:
+        raise InvalidRecordError(
+            f"idempotent and transactional records cannot be used with magic v{magic}",
+            UNSUPPORTED_FOR_MESSAGE_FORMAT,
+        )
+    if header.compression not in LEGACY_CODECS:
+        raise InvalidRecordError(
+            f"compression codec {header.compression} has no magic {magic} form",
+            UNSUPPORTED_COMPRESSION_TYPE,
+        )
+    if any(r.headers for r in records):
+        raise InvalidRecordError(
+            f"magic v{magic} does not support record headers", UNSUPPORTED_FOR_MESSAGE_FORMAT
+        )
+    timestamps = [header.record_timestamp(r) for r in records]
+    data = build_message_set(
+        [(r.key, r.value, ts) for r, ts in zip(records, timestamps, strict=True)],
+        magic=magic,
+        compression=header.compression,
+    )
+    return LegacyAppend(data, magic, len(records), max(timestamps) if magic else NO_TIMESTAMP)
 
 
 # -- down-conversion (Fetch v0-3) ---------------------------------------------------------
@@ -461,7 +585,8 @@ def down_convert(
     consumers read uncommitted: transactional data, aborted or not, is theirs as in Kafka.
     Zstd has no legacy form: conversion stops before the first zstd batch, and a fetch that
     starts at one gets UNSUPPORTED_COMPRESSION_TYPE. `max_bytes` bounds the output except
-    that the first converted batch is always returned whole.
+    that the first converted batch is always returned whole. Old-format entries on disk go
+    out as they are when the request reads their magic, else as magic 0.
     """
     out = bytearray()
     for chunk in chunks:
@@ -473,11 +598,27 @@ def down_convert(
                 if out:
                     return DownConverted(bytes(out))
                 return DownConverted(b"", UNSUPPORTED_COMPRESSION_TYPE)
-            converted = _convert_batch(batch_bytes, magic, fetch_offset)
+            if header.magic <= magic:
+                converted = bytes(batch_bytes)
+            elif header.magic < 2:
+                converted = _down_convert_entry(batch_bytes, header.compression)
+            else:
+                converted = _convert_batch(batch_bytes, magic, fetch_offset)
             if out and max_bytes is not None and len(out) + len(converted) > max_bytes:
                 return DownConverted(bytes(out))
             out += converted
     return DownConverted(bytes(out))
+
+
+def _down_convert_entry(entry: memoryview, compression: int) -> bytes:
+    """A magic 1 entry as magic 0: timestamps go, offsets and codec stay."""
+    messages = decode_message_set(entry)
+    return build_message_set(
+        [(m.key, m.value, NO_TIMESTAMP) for m in messages],
+        magic=MAGIC_V0,
+        compression=compression,
+        offsets=[m.offset for m in messages],
+    )
 
 
 def _convert_batch(batch_bytes: memoryview, magic: int, fetch_offset: int) -> bytes:

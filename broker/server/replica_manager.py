@@ -102,6 +102,7 @@ class ReplicaManager:
             min_cleanable_dirty_ratio=values["min.cleanable.dirty.ratio"],
             min_compaction_lag_ms=values["min.compaction.lag.ms"],
             max_compaction_lag_ms=values["max.compaction.lag.ms"],
+            message_format_version=values["message.format.version"],
         )
 
     def topic_config_value(self, topic: TopicMetadata, name: str) -> object:

@@ -21,6 +21,12 @@ no batch of the transaction left. A COMMIT marker stays while its transaction ha
 Each active producer's last data batch (or last marker) stays, as an empty header if its
 records go: that is what a reload rebuilds its sequence numbers and epoch from.
 
+Entries of the old formats (a topic kept in magic 0/1, seed 004) are cleaned as Kafka cleans
+them: a wrapper keeps its surviving messages, holes between their offsets allowed (KIP-31),
+and their tombstones go by the segment's age, Kafka's legacy delete horizon, since they have
+no batch to carry one. A group's last entry stays whole, so the cleaned segment ends where the
+group did.
+
 Everything here runs in one worker thread; only the swap of a cleaned segment takes the
 log's lock (Log.replace_segments).
 """
@@ -37,15 +43,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from broker.records.batch import (
+    CREATE_TIME,
     LOG_APPEND_TIME,
+    MAGIC_V2,
+    NO_TIMESTAMP,
     BatchHeader,
     Record,
     decode_batch,
     encode_batch,
+    read_entry_header,
     read_header,
 )
 from broker.records.control import ABORT, COMMIT, parse_marker
+from broker.records.entries import EntryRecord, entry_records
 from broker.records.errors import InvalidRecordError
+from broker.records.legacy import build_message_set
 from broker.storage.log import Log
 from broker.storage.segment import LogSegment
 from broker.storage.transaction_index import AbortedTxn, TransactionIndex
@@ -425,12 +437,11 @@ class Cleaner:
             if header.is_control:
                 txns.on_control_batch_read(header, decode_batch(data)[1])
             elif not txns.on_batch_read(header):  # aborted data never shadows a key
-                for record in decode_batch(data)[1]:
-                    offset = header.base_offset + record.offset_delta
-                    if record.key is not None and offset >= start:
+                for record in entry_records(data):
+                    if record.key is not None and record.offset >= start:
                         if len(offset_map) >= full_at:
                             return True
-                        offset_map.put(record.key, offset)
+                        offset_map.put(record.key, record.offset)
                     stats.map_messages_read += 1
             if header.last_offset >= start:
                 offset_map.update_latest_offset(header.last_offset)
@@ -508,10 +519,19 @@ class Cleaner:
         stats: CleanerStats,
     ) -> None:
         read = 0
+        tombstones_expired = source.last_modified_ms < now_ms - delete_retention_ms
         for header, data in source.batch_data_from(0):
             self._check_done()
             read += header.size
             stats.bytes_read += header.size
+            if header.magic < MAGIC_V2:
+                whole = header.next_offset == upper_bound or header.base_offset == group_last_base
+                out = self._clean_old_entry(header, data, whole, tombstones_expired, stats)
+                if out:
+                    last = read_entry_header(out)
+                    dest.append([out], len(out), last.last_offset, last.max_timestamp)
+                    stats.bytes_written += len(out)
+                continue
             stats.messages_read += header.records_count
             records: list[Record] | None = None
             if header.is_control:
@@ -541,7 +561,14 @@ class Cleaner:
                 if header.is_control:
                     retained = records
                 else:
-                    retained = [r for r in records if self._retain(header, r, now_ms, stats)]
+                    expired = header.has_delete_horizon and now_ms >= header.base_timestamp
+                    retained = [
+                        r
+                        for r in records
+                        if self._retain(
+                            header.base_offset + r.offset_delta, r.key, r.value, expired, stats
+                        )
+                    ]
             if retained:
                 marker_of_empty_txn = can_discard and header.is_control
                 tombstones = any(r.value is None for r in retained)
@@ -571,21 +598,48 @@ class Cleaner:
             )
 
     def _retain(
-        self, header: BatchHeader, record: Record, now_ms: int, stats: CleanerStats
+        self,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        tombstones_expired: bool,
+        stats: CleanerStats,
     ) -> bool:
         """Kafka's shouldRetainRecord: past the map everything stays; below it a record stays
-        if it is its key's last, and, for a tombstone, until its batch's delete horizon."""
-        offset = header.base_offset + record.offset_delta
+        if it is its key's last, and, for a tombstone, until its delete horizon passed."""
         if offset > self.offset_map.latest_offset:
             return True
-        if record.key is None:
+        if key is None:
             stats.invalid_messages += 1
             return False
-        if offset < self.offset_map.get(record.key):
+        if offset < self.offset_map.get(key):
             return False
-        if record.value is not None:
-            return True
-        return not header.has_delete_horizon or now_ms < header.base_timestamp
+        return value is not None or not tombstones_expired
+
+    def _clean_old_entry(
+        self,
+        header: BatchHeader,
+        data: memoryview,
+        whole: bool,
+        tombstones_expired: bool,
+        stats: CleanerStats,
+    ) -> bytes | None:
+        """A magic 0/1 entry with only its messages to keep, or None when none is left."""
+        records = entry_records(data)
+        stats.messages_read += len(records)
+        retained = records
+        if not whole:
+            retained = [
+                r
+                for r in records
+                if self._retain(r.offset, r.key, r.value, tombstones_expired, stats)
+            ]
+        stats.messages_written += len(retained)
+        if len(retained) == len(records):
+            return bytes(data)
+        if not retained:
+            return None
+        return _rebuild_old_entry(header, retained)
 
 
 def _is_last_of_producer(
@@ -637,6 +691,20 @@ def _rebuild(header: BatchHeader, retained: list[Record], horizon: int | None) -
         timestamp_type=header.timestamp_type,
         partition_leader_epoch=header.partition_leader_epoch,
         delete_horizon=horizon is not None,
+    )
+
+
+def _rebuild_old_entry(header: BatchHeader, retained: list[EntryRecord]) -> bytes:
+    """A wrapper with only `retained`: same magic and codec, offsets kept (a magic 1 wrapper's
+    relative offsets get holes, KIP-31), LogAppendTime kept as the wrapper's time."""
+    log_append = header.magic > 0 and header.timestamp_type == LOG_APPEND_TIME
+    return build_message_set(
+        [(r.key, r.value, r.timestamp) for r in retained],
+        magic=header.magic,
+        compression=header.compression,
+        offsets=[r.offset for r in retained],
+        timestamp_type=LOG_APPEND_TIME if log_append else CREATE_TIME,
+        log_append_time=header.max_timestamp if log_append else NO_TIMESTAMP,
     )
 
 

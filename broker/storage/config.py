@@ -7,6 +7,20 @@ from dataclasses import dataclass
 LONG_MAX = (1 << 63) - 1
 
 
+def magic_of_version(version: str) -> int:
+    """The record format of a Kafka release string ("0.10.2-IV0", "2.8", "3.0-IV1"); raises
+    ValueError for what is not one."""
+    parts = version.split("-", 1)[0].split(".")
+    if len(parts) < 2 or not all(p.isdigit() for p in parts) or len(parts) > 4:
+        raise ValueError(f"{version!r} is not a Kafka version")
+    major, minor = int(parts[0]), int(parts[1])
+    if major == 0 and minor < 10:
+        return 0
+    if major == 0 and minor < 11:
+        return 1
+    return 2
+
+
 @dataclass(slots=True, frozen=True)
 class LogConfig:
     segment_bytes: int = 1073741824
@@ -27,6 +41,12 @@ class LogConfig:
     min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = LONG_MAX
+    message_format_version: str = "3.0-IV1"
+
+    @property
+    def message_format_magic(self) -> int:
+        """The magic the log writes (seed 004): 0 before 0.10.0, 1 before 0.11.0, else 2."""
+        return magic_of_version(self.message_format_version)
 
     @property
     def log_append_time(self) -> bool:

@@ -17,11 +17,13 @@ from broker.records.batch import (
     BATCH_HEADER_SIZE,
     BatchHeader,
     iter_batches,
+    read_entry_header,
     read_header,
     with_log_append_time,
 )
 from broker.records.control import build_control_batch, read_control
 from broker.records.errors import InvalidRecordError
+from broker.records.legacy import MAGIC_V0, LegacyAppend
 from broker.storage.checkpoint import fsync_directory
 from broker.storage.config import LogConfig
 from broker.storage.errors import OffsetOutOfRangeError
@@ -396,6 +398,32 @@ class Log:
             size,
         )
 
+    def append_legacy(self, message_set: LegacyAppend, *, now_ms: int) -> AppendResult:
+        """Append a message set of magic 0/1 (a log kept in an old format, seed 004) at the
+        log end, each shallow entry indexed on its own. Such entries carry no producer."""
+        log_append = self.config.log_append_time and message_set.magic > MAGIC_V0
+        with self._lock:
+            base_offset = self._log_end_offset
+            last_offset = base_offset + message_set.count - 1
+            data, entries = message_set.stamp(base_offset, now_ms if log_append else None)
+            max_timestamp = max(ts for _, _, ts in entries)
+            segment = self._maybe_roll(len(data), max_timestamp, last_offset, now_ms)
+            segment.append_entries(data, entries)
+            self._log_end_offset = last_offset + 1
+            self._high_watermark = self._log_end_offset
+            self._unflushed_messages += message_set.count
+            self._appended_bytes += len(data)
+            must_flush = self._unflushed_messages >= self.config.flush_interval_messages
+        return AppendResult(
+            base_offset,
+            last_offset,
+            now_ms if log_append else -1,
+            max_timestamp,
+            self._log_start_offset,
+            must_flush,
+            len(data),
+        )
+
     def append_marker(
         self,
         producer_id: int,
@@ -575,6 +603,26 @@ class Log:
                 if found is not None:
                     return found
         return None
+
+    def offsets_before(self, timestamp: int, max_num_offsets: int, now_ms: int) -> list[int]:
+        """ListOffsets v0 (Kafka's legacyFetchOffsetsBefore): the start offsets of segments
+        whose files were last modified at or before `timestamp`, plus the log end while the
+        active segment holds data (as of now), newest first, at most `max_num_offsets`.
+        LATEST (-1) starts from the log end, EARLIEST (-2) answers the log start."""
+        with self._lock:
+            segments = list(self._segments)
+            start, end = self._log_start_offset, self._log_end_offset
+        points = [(max(s.base_offset, start), s.last_modified_ms) for s in segments]
+        if segments[-1].size:
+            points.append((end, now_ms))
+        if timestamp == -2:
+            index = 0
+        else:
+            index = len(points) - 1
+            while timestamp != -1 and index >= 0 and points[index][1] > timestamp:
+                index -= 1
+        count = max(0, min(max_num_offsets, index + 1))
+        return sorted((points[index - j][0] for j in range(count)), reverse=True)
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
         """ListOffsets MAX_TIMESTAMP (-3): the earliest record carrying the log's largest
@@ -906,13 +954,9 @@ def _next_offset_of(path: Path, base_offset: int) -> int:
     fd = os.open(path, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
-        while size - position >= BATCH_HEADER_SIZE:
-            header = read_header(os.pread(fd, BATCH_HEADER_SIZE, position))
-            if (
-                header.magic != 2
-                or header.size < BATCH_HEADER_SIZE
-                or position + header.size > size
-            ):
+        while position < size:
+            header = read_entry_header(os.pread(fd, BATCH_HEADER_SIZE, position))
+            if header is None or position + header.size > size:
                 break
             next_offset = header.next_offset
             position += header.size

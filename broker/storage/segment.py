@@ -9,12 +9,13 @@ from pathlib import Path
 
 from broker.records.batch import (
     BATCH_HEADER_SIZE,
+    MIN_ENTRY_HEADER_SIZE,
     BatchHeader,
     crc_matches,
-    decode_batch,
     iter_batches,
-    read_header,
+    read_entry_header,
 )
+from broker.records.entries import entry_records
 from broker.storage.config import LogConfig
 from broker.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 from broker.storage.transaction_index import TXN_INDEX_SUFFIX, TransactionIndex
@@ -158,10 +159,10 @@ class LogSegment:
         end = self.size
         while valid < end:
             buf = os.pread(self._fd, min(end - valid, _RECOVERY_CHUNK), valid)
-            if len(buf) < BATCH_HEADER_SIZE:
+            first = read_entry_header(buf)
+            if first is None:
                 break
-            first = read_header(buf)
-            if first.magic == 2 and len(buf) < first.size <= end - valid:
+            if len(buf) < first.size <= end - valid:
                 buf = os.pread(self._fd, first.size, valid)  # one batch bigger than a chunk
             consumed = 0
             sound = True
@@ -196,6 +197,24 @@ class LogSegment:
         self, chunks: Sequence[bytes | memoryview], size: int, last_offset: int, max_timestamp: int
     ) -> None:
         """Write one batch (given as chunks) at the end of the file and index it."""
+        position = self._write(chunks, size)
+        if self._rolling_timestamp is None and position == 0:
+            self._rolling_timestamp = max_timestamp
+        self._index_batch(position, last_offset, max_timestamp)
+        self.next_offset = last_offset + 1
+
+    def append_entries(self, data: bytes, entries: Sequence[tuple[int, int, int]]) -> None:
+        """Write old-format entries in one go and index each: `entries` gives (position in
+        `data`, offset, max timestamp) of each (LegacyAppend.stamp)."""
+        position = self._write([data], len(data))
+        for relative, offset, max_timestamp in entries:
+            if self._rolling_timestamp is None and position + relative == 0:
+                self._rolling_timestamp = max_timestamp
+            self._index_batch(position + relative, offset, max_timestamp)
+        self.next_offset = entries[-1][1] + 1
+
+    def _write(self, chunks: Sequence[bytes | memoryview], size: int) -> int:
+        """Append whole chunks; the position they start at."""
         position = self.size
         try:
             written = os.writev(self._fd, chunks)
@@ -206,10 +225,7 @@ class LogSegment:
             os.ftruncate(self._fd, position)  # never leave half a batch behind (e.g. ENOSPC)
             raise
         self.size = position + size
-        if self._rolling_timestamp is None and position == 0:
-            self._rolling_timestamp = max_timestamp
-        self._index_batch(position, last_offset, max_timestamp)
-        self.next_offset = last_offset + 1
+        return position
 
     def _index_batch(self, position: int, last_offset: int, max_timestamp: int) -> None:
         if max_timestamp > self.max_timestamp_so_far:
@@ -240,9 +256,9 @@ class LogSegment:
     def batches_from(self, position: int) -> Iterator[tuple[int, BatchHeader]]:
         """Headers of whole batches from `position`, one header-sized pread each."""
         end = self.size
-        while end - position >= BATCH_HEADER_SIZE:
-            header = read_header(os.pread(self._fd, BATCH_HEADER_SIZE, position))
-            if header.magic != 2 or header.size < BATCH_HEADER_SIZE or position + header.size > end:
+        while end - position >= MIN_ENTRY_HEADER_SIZE - 8:
+            header = read_entry_header(os.pread(self._fd, BATCH_HEADER_SIZE, position))
+            if header is None or position + header.size > end:
                 return
             yield position, header
             position += header.size
@@ -253,10 +269,10 @@ class LogSegment:
         """Whole batches from `position` with their bytes, read a chunk at a time (a batch
         larger than a chunk is read on its own): the cleaner's sequential scan."""
         end = self.size
-        while end - position >= BATCH_HEADER_SIZE:
+        while end > position:
             buf = os.pread(self._fd, min(end - position, chunk_bytes), position)
-            first = read_header(buf)
-            if first.magic != 2 or first.size < BATCH_HEADER_SIZE or position + first.size > end:
+            first = read_entry_header(buf)
+            if first is None or position + first.size > end:
                 return
             if first.size > len(buf):
                 buf = os.pread(self._fd, first.size, position)
@@ -286,12 +302,9 @@ class LogSegment:
         for pos, header in self.batches_from(position):
             if header.max_timestamp < timestamp or header.last_offset < starting_offset:
                 continue
-            batch, records = decode_batch(self.read_at(pos, header.size))
-            for record in records:
-                offset = batch.record_offset(record)
-                ts = batch.record_timestamp(record)
-                if ts >= timestamp and offset >= starting_offset:
-                    return offset, ts
+            for record in entry_records(self.read_at(pos, header.size)):
+                if record.timestamp >= timestamp and record.offset >= starting_offset:
+                    return record.offset, record.timestamp
         return None
 
     def offset_of_max_timestamp(self) -> tuple[int, int] | None:
@@ -302,18 +315,19 @@ class LogSegment:
         for pos, header in self.batches_from(position):
             if header.max_timestamp != self.max_timestamp_so_far:
                 continue
-            batch, records = decode_batch(self.read_at(pos, header.size))
-            for record in records:
-                if batch.record_timestamp(record) == batch.max_timestamp:
-                    return batch.record_offset(record), batch.max_timestamp
+            for record in entry_records(self.read_at(pos, header.size)):
+                if record.timestamp == header.max_timestamp:
+                    return record.offset, record.timestamp
             return None
         return None
 
     @property
     def rolling_based_timestamp(self) -> int | None:
         """Max timestamp of the first batch: the start of the segment's time for segment.ms."""
-        if self._rolling_timestamp is None and self.size >= BATCH_HEADER_SIZE:
-            self._rolling_timestamp = read_header(self.read_at(0, BATCH_HEADER_SIZE)).max_timestamp
+        if self._rolling_timestamp is None:
+            first = read_entry_header(self.read_at(0, BATCH_HEADER_SIZE))
+            if first is not None:
+                self._rolling_timestamp = first.max_timestamp
         return self._rolling_timestamp
 
     def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:

@@ -14,6 +14,7 @@ from Kafka 4 and from Fjord.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 
@@ -22,17 +23,21 @@ from compat_support import PARTITIONS, Rec, by_partition, make_records, topic_na
 from confluent_kafka import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
+    TIMESTAMP_NOT_AVAILABLE,
     Consumer,
     TopicPartition,
 )
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
 from kafka.errors import InvalidTimestampError, UnsupportedCompressionTypeError
+from test_aiokafka import consume_all as aiokafka_consume
 from test_confluent_kafka import consume_all, create_topic
 from test_confluent_kafka import produce as modern_produce
+from test_kafka_python import consume_all as kafka_python_consume
 from test_kafka_python import produce as kafka_python_produce
 
 from broker.records import legacy
+from broker.records.batch import iter_batches
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -269,3 +274,56 @@ def test_offsets_by_timestamp_and_watermarks_on_old_data(broker_process):
             assert tp.error is None and tp.offset == middle
     finally:
         mc.close()
+
+
+def on_disk_magics(log_dir, topic: str) -> set[int]:
+    """The magic of every entry the broker wrote for `topic`, read from its segment files."""
+    magics = set()
+    for path in log_dir.glob(f"{topic}-*/*.log"):
+        data = path.read_bytes()
+        magics |= {h.magic for _, h in iter_batches(data)}
+    return magics
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "lz4"])
+def test_topic_kept_in_magic_1_serves_every_client(broker_process, codec):
+    """message.format.version=0.10.2 (seed 004): modern and old producers' records stay magic
+    1 on disk; librdkafka, kafka-python and aiokafka read them as stored, old kafka-python
+    through Fetch v2 as well, with offsets and CreateTime timestamps intact."""
+    bootstrap = broker_process.bootstrap
+    topic = topic_name(f"fmt1-{codec}")
+    create_topic(bootstrap, topic, **{"message.format.version": "0.10.2-IV0"})
+    records = legacy_records()
+    modern_produce(bootstrap, topic, records[:15], codec)
+    old_produce(bootstrap, topic, records[15:], (0, 10, 1), codec)
+    assert on_disk_magics(broker_process.log_dir, topic) == {1}
+    want = {p: list(enumerate(recs)) for p, recs in by_partition(records).items()}
+    assert consume_all(bootstrap, topic, PARTITIONS, len(records)) == want
+    assert kafka_python_consume(bootstrap, topic, PARTITIONS, len(records)) == want
+    assert asyncio.run(aiokafka_consume(bootstrap, topic, PARTITIONS, len(records))) == want
+    old = old_consume(bootstrap, topic, (0, 10, 0), len(records))
+    for p, rows in want.items():
+        assert [(m.offset, m.key, m.value, m.timestamp) for m in old[p]] == [
+            (o, r.key, r.value, r.timestamp) for o, r in rows
+        ]
+
+
+def test_topic_kept_in_magic_0_has_no_timestamps(broker_process):
+    bootstrap = broker_process.bootstrap
+    topic = topic_name("fmt0")
+    create_topic(bootstrap, topic, **{"message.format.version": "0.9.0"})
+    records = legacy_records()
+    modern_produce(bootstrap, topic, records[:15], "snappy")
+    old_produce(bootstrap, topic, records[15:], (0, 9), "gzip")
+    assert on_disk_magics(broker_process.log_dir, topic) == {0}
+    got = modern_consume(bootstrap, topic, len(records))
+    for p, recs in by_partition(records).items():
+        # librdkafka: type NOT_AVAILABLE, whatever number comes with it
+        assert [(o, k, v, ts[0]) for o, k, v, ts in got[p]] == [
+            (o, r.key, r.value, TIMESTAMP_NOT_AVAILABLE) for o, r in enumerate(recs)
+        ]
+    old = old_consume(bootstrap, topic, (0, 8, 2), len(records))
+    for p, recs in by_partition(records).items():
+        assert [(m.offset, m.key, m.value) for m in old[p]] == [
+            (o, r.key, r.value) for o, r in enumerate(recs)
+        ]

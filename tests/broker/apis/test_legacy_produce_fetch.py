@@ -451,20 +451,28 @@ async def test_parked_old_fetch_is_answered_when_data_arrives(broker, broker_cli
 
 
 async def test_list_offsets_v0(broker, broker_client):
-    await broker.create_topic("t", 1, {})
-    ts = now_ms() - 10_000
+    """Kafka's v0 semantics: offsets where segments start (and the log end), picked by the
+    segment files' modification times, newest first."""
+    await broker.create_topic("t", 1, {"segment.bytes": "200"})
+    before = now_ms() - 1000
     for i in range(3):
-        await broker_client.send(legacy_produce("t", message_set(2, start=2 * i, ts=ts + 100 * i)))
+        await broker_client.send(legacy_produce("t", message_set(2, start=2 * i, size=100)))
+    log = broker.replica_manager.log("t", 0)
+    bases = [s.base_offset for s in log.segments]
+    assert bases == [0, 2, 4]
 
-    async def offsets(timestamp, max_num=1, topic="t"):
+    async def offsets(timestamp, max_num=10, topic="t"):
         response = await broker_client.send(list_offsets_v0(topic, timestamp, max_num))
         p = response.topics[0].partitions[0]
         return p.error_code, p.old_style_offsets
 
-    assert await offsets(-1) == (ErrorCode.none, (6,))
+    assert await offsets(-1) == (ErrorCode.none, (6, 4, 2, 0))
+    assert await offsets(-1, max_num=1) == (ErrorCode.none, (6,))
     assert await offsets(-2) == (ErrorCode.none, (0,))
-    assert await offsets(ts + 100) == (ErrorCode.none, (2,))
-    assert await offsets(ts + 10_000) == (ErrorCode.none, ())
+    assert await offsets(now_ms() + 60_000, max_num=2) == (ErrorCode.none, (6, 4))
+    assert await offsets(before) == (ErrorCode.none, ())  # every file is newer
+    log.segments[0].set_last_modified(before - 1)
+    assert await offsets(before) == (ErrorCode.none, (0,))
     assert await offsets(-1, max_num=0) == (ErrorCode.none, ())
     assert await offsets(-1, topic="nope") == (ErrorCode.unknown_topic_or_partition, ())
 

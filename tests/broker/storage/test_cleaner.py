@@ -13,7 +13,9 @@ import pytest
 from broker.records.batch import build_batch, crc_matches, decode_batch, iter_batches, read_header
 from broker.records.compression import LZ4
 from broker.records.control import ABORT, parse_marker
+from broker.records.entries import entry_records
 from broker.records.errors import InvalidRecordError
+from broker.records.legacy import to_legacy
 from broker.storage import Log, LogConfig, LogManager
 from broker.storage.cleaner import (
     Cleaner,
@@ -590,3 +592,56 @@ def test_a_segment_that_does_not_read_to_its_end_is_left_alone(tmp_path):
         clean(log, T0)
     assert records(log) == before and log.segments[0].size == first.stat().st_size
     assert not [n for n in os.listdir(tmp_path / "t-0") if n.endswith((".cleaned", ".swap"))]
+
+
+@pytest.mark.parametrize("version", ["0.9.0", "0.10.2"])
+def test_old_format_entries_compact_with_holes_in_their_wrappers(tmp_path, version):
+    """Magic 0/1 logs (seed 004): a wrapper keeps its surviving messages at their offsets
+    (magic 1: relative offsets with holes, KIP-31), plain messages go one by one, tombstones go
+    once their segment is older than delete.retention.ms; what stays reads back whole."""
+    config = dataclasses.replace(COMPACT, message_format_version=version)
+    log = open_log(tmp_path / "t-0", config)
+
+    def put_old(*pairs, compression=0):
+        data = build_batch([(k, v, [], T0) for k, v in pairs], compression=compression)
+        log.append_legacy(to_legacy(data, log.config.message_format_magic), now_ms=T0)
+
+    put_old((b"a", b"1"), (b"b", b"1"), (b"c", b"1"), (b"d", b"1"), compression=LZ4)  # 0-3
+    put_old((b"b", b"2"), (b"e", b"1"))  # 4, 5 uncompressed: one entry each
+    put_old((b"c", None), (b"e", b"2"), compression=LZ4)  # 6-7
+    put_old((b"f", b"1"))  # 8: the group's last entry
+    log.roll(T0)
+    clean(log, T0)
+    wanted = [(0, b"a", b"1"), (3, b"d", b"1"), (4, b"b", b"2"), (6, b"c", None)]
+    wanted += [(7, b"e", b"2"), (8, b"f", b"1")]
+    assert old_records(log) == wanted
+    magic = log.config.message_format_magic
+    assert {h.magic for s in log.segments for _, h in iter_batches(s.read_at(0, s.size))} == {magic}
+    # The tombstone stays while its segment is younger than delete.retention.ms.
+    put_old((b"g", b"1"))
+    log.roll(T0)
+    clean(log, T0 + RETENTION - 1, 0)
+    assert (6, b"c", None) in old_records(log)
+    for segment in log.segments[:-1]:
+        segment.set_last_modified(T0 - RETENTION - 1)
+    clean(log, T0, 0)
+    assert [r[1] for r in old_records(log)] == [b"a", b"d", b"b", b"e", b"f", b"g"]
+    log.close()
+    reopened = open_log(tmp_path / "t-0", config)
+    assert [r[1] for r in old_records(reopened)] == [b"a", b"d", b"b", b"e", b"f", b"g"]
+    reopened.close()
+
+
+def old_records(log: Log) -> list[tuple[int, bytes | None, bytes | None]]:
+    out, offset, last = [], log.log_start_offset, -1
+    while offset < log.log_end_offset:
+        fetched = log.read(offset, 1 << 20)
+        buf = b"".join(bytes(c) for c in fetched.records)
+        for pos, h in iter_batches(buf):
+            assert crc_matches(buf, pos, h)
+            for r in entry_records(buf[pos : pos + h.size]):
+                assert r.offset > last
+                last = r.offset
+                out.append((r.offset, r.key, r.value))
+        offset = fetched.next_offset
+    return out
