@@ -103,6 +103,7 @@ class Broker:
         )
         self._drop_stray_logs()
         self.log_cleaner = LogCleaner(self.log_manager, self._cleaner_config)
+        self.metrics.add_log_cleaner_gauges(self.log_cleaner)
         # Log dirs from before the log cleaner kept the internal topics forever and let the
         # coordinators compact them; now the cleaner does, for old and new alike.
         for topic in self.image.topics():

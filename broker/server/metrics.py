@@ -71,6 +71,9 @@ class BrokerMetrics:
     def add_fetch_session_gauges(self, cache) -> None:
         self.registry.register(_FetchSessionCollector(cache))
 
+    def add_log_cleaner_gauges(self, cleaner) -> None:
+        self.registry.register(_LogCleanerCollector(cleaner))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -100,6 +103,49 @@ class _FetchSessionCollector:
             "fetchers closed).",
             value=self.cache.evictions,
         )
+
+
+class _LogCleanerCollector:
+    """The log cleaner (Kafka's kafka.log:type=LogCleaner and LogCleanerManager metrics):
+    the recopy share is written over read bytes; a stuck or dead cleaner shows as a
+    growing time since its last run."""
+
+    def __init__(self, cleaner) -> None:
+        self.cleaner = cleaner
+
+    def collect(self):
+        totals = self.cleaner.totals
+        for name, doc, value in (
+            ("rounds", "Cleaning rounds completed (one log each).", totals.rounds),
+            ("read_bytes", "Bytes of segments the cleaner rewrote, read.", totals.bytes_read),
+            ("written_bytes", "Bytes the cleaner wrote in their place.", totals.bytes_written),
+        ):
+            yield CounterMetricFamily(f"fjord_log_cleaner_{name}", doc, value=value)
+        for name, doc, value in (
+            ("last_round_seconds", "Duration of the last round.", totals.last_round_seconds),
+            (
+                "buffer_utilization",
+                "Share of the dedupe buffer (offset map) the last round filled.",
+                totals.last_buffer_utilization,
+            ),
+            (
+                "max_dirty_ratio",
+                "Dirty share of the dirtiest compacted log when the cleaner last looked.",
+                self.cleaner.dirtiest_log_cleanable_ratio,
+            ),
+            (
+                "uncleanable_partitions",
+                "Partitions whose cleaning failed; skipped until the broker restarts.",
+                len(self.cleaner.uncleanable),
+            ),
+        ):
+            yield GaugeMetricFamily(f"fjord_log_cleaner_{name}", doc, value=value)
+        if totals.last_run_ms is not None:
+            yield GaugeMetricFamily(
+                "fjord_log_cleaner_seconds_since_last_run",
+                "Time since the cleaner last finished looking for work.",
+                value=max(0, time.time() * 1000 - totals.last_run_ms) / 1000,
+            )
 
 
 class _TransactionCollector:

@@ -144,6 +144,26 @@ class CleanerStats:
 
 
 @dataclass(slots=True)
+class CleanerTotals:
+    """What the cleaner has done since the broker started, for its metrics (Kafka's
+    LogCleaner and LogCleanerManager gauges: recopy share, clean time, buffer use)."""
+
+    rounds: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    last_round_seconds: float = 0.0
+    last_buffer_utilization: float = 0.0
+    last_run_ms: int | None = None  # when clean_logs last finished, busy or idle
+
+    def add(self, stats: CleanerStats, seconds: float) -> None:
+        self.rounds += 1
+        self.bytes_read += stats.bytes_read
+        self.bytes_written += stats.bytes_written
+        self.last_round_seconds = seconds
+        self.last_buffer_utilization = stats.buffer_utilization
+
+
+@dataclass(slots=True)
 class _AbortedTxnSeen:
     txn: AbortedTxn
     last_observed_batch_offset: int | None = None
@@ -791,6 +811,7 @@ class LogCleaner:
         # until the broker restarts, so one bad batch does not stop all compaction.
         self.uncleanable: set[TopicPartition] = set()
         self.dirtiest_log_cleanable_ratio = 0.0
+        self.totals = CleanerTotals()
 
     @property
     def config(self) -> CleanerConfig:
@@ -848,6 +869,7 @@ class LogCleaner:
                     raise CleaningAborted(f"cleaning of {tp[0]}-{tp[1]} aborted")
 
             log.begin_cleaning()
+            started = time.monotonic()
             try:
                 cleaner = Cleaner(self.config, check_done)
                 logger.info(
@@ -870,6 +892,7 @@ class LogCleaner:
             finally:
                 log.end_cleaning(_now_ms() if now_ms is None else now_ms)
                 self.log_manager.done_cleaning(tp)
+            self.totals.add(stats, time.monotonic() - started)
             logger.info(
                 "cleaned %s-%d: %d of %d bytes and %d of %d records kept, up to offset %d",
                 tp[0],
@@ -891,4 +914,5 @@ class LogCleaner:
             if result is None or result.end_offset <= result.first_dirty_offset:
                 break
             rounds += 1
+        self.totals.last_run_ms = _now_ms()
         return rounds

@@ -6,6 +6,7 @@ import os
 import shutil
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -45,6 +46,7 @@ class LogManager:
         self.log_dirs = [Path(d) for d in log_dirs]
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
+        self._partitions_in: Counter[Path] = Counter()
         self._last_flush_ms: dict[TopicPartition, int] = {}
         self._checkpoint_lock = threading.Lock()
         self._cleaner_offsets: dict[TopicPartition, int] = {}
@@ -96,6 +98,7 @@ class LogManager:
                     now_ms=now,
                 )
                 self._dir_of[tp] = log_dir
+                self._partitions_in[log_dir] += 1
                 self._last_flush_ms[tp] = now
                 if tp in cleaner_offsets:
                     self._cleaner_offsets[tp] = cleaner_offsets[tp]
@@ -114,15 +117,15 @@ class LogManager:
         if existing is not None:
             return existing
         now = _now_ms() if now_ms is None else now_ms
-        counts = {d: 0 for d in self.log_dirs}
-        for d in self._dir_of.values():
-            counts[d] += 1
-        log_dir = min(self.log_dirs, key=lambda d: counts[d])
+        # Counted once per creation of a whole topic would do; once per partition made creating
+        # 10,000 partitions quadratic, so the counts are kept as partitions come and go.
+        log_dir = min(self.log_dirs, key=lambda d: self._partitions_in[d])
         directory = log_dir / f"{topic}-{partition}"
         log = Log.open(directory, config, clean_shutdown=True, now_ms=now)
         fsync_directory(log_dir)
         self._logs[tp] = log
         self._dir_of[tp] = log_dir
+        self._partitions_in[log_dir] += 1
         self._last_flush_ms[tp] = now
         return log
 
@@ -134,6 +137,8 @@ class LogManager:
         try:
             log = self._logs.pop(tp, None)
             log_dir = self._dir_of.pop(tp, None)
+            if log_dir is not None:
+                self._partitions_in[log_dir] -= 1
             self._last_flush_ms.pop(tp, None)
             if log is None or log_dir is None:
                 return
@@ -258,3 +263,4 @@ class LogManager:
             fsync_directory(log_dir)
         self._logs.clear()
         self._dir_of.clear()
+        self._partitions_in.clear()

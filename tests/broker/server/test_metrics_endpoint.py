@@ -54,3 +54,42 @@ async def test_metrics_show_requests_and_partition_offsets(broker, broker_client
 async def test_other_paths_are_not_found(broker):
     status, _ = await scrape(broker, "/other")
     assert status == "HTTP/1.1 404 Not Found"
+
+
+def metric(body: str, name: str) -> float:
+    [line] = [x for x in body.splitlines() if x.startswith(name + " ")]
+    return float(line.split()[1])
+
+
+async def test_log_cleaner_metrics(broker, broker_client):
+    await broker.create_topic(
+        "c",
+        1,
+        {"cleanup.policy": "compact", "segment.bytes": "300", "min.cleanable.dirty.ratio": "0.01"},
+    )
+    for i in range(12):
+        records = build_batch([(b"same-key", b"value %d" % i + bytes(50), [], 1000 + i)])
+        part = req(0, 11, "PartitionProduceData", index=0, records=records)
+        topic = req(0, 11, "TopicProduceData", name="c", partition_data=(part,))
+        produce = req(
+            0,
+            11,
+            "ProduceRequest",
+            acks=1,
+            timeout=ms(1000),
+            transactional_id=None,
+            topic_data=(topic,),
+        )
+        await broker_client.send(produce)
+    _, before = await scrape(broker)
+    assert metric(before, "fjord_log_cleaner_rounds_total") == 0
+    assert await broker.run_blocking(broker.log_cleaner.clean_logs) >= 1
+    _, body = await scrape(broker)
+    assert metric(body, "fjord_log_cleaner_rounds_total") >= 1
+    read, written = (
+        metric(body, f"fjord_log_cleaner_{n}_bytes_total") for n in ("read", "written")
+    )
+    assert 0 < written < read  # eleven of twelve values of one key went
+    assert metric(body, "fjord_log_cleaner_uncleanable_partitions") == 0
+    assert 0 < metric(body, "fjord_log_cleaner_buffer_utilization") < 1
+    assert metric(body, "fjord_log_cleaner_seconds_since_last_run") >= 0
