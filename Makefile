@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: setup run test test-fast lint bench system-deps clean
+.PHONY: setup run test test-fast lint bench fuzz system-deps clean
 
 setup: $(STAMP)
 
@@ -41,6 +41,13 @@ lint: $(TEST_STAMP)
 
 bench: $(TEST_STAMP)
 	$(PY) -m bench
+
+# A longer fuzz session than the one in make test (tests/fuzz): more examples per API version,
+# and a table of what was tried. FJORD_FUZZ_EXAMPLES / FJORD_FUZZ_BROKER_EXAMPLES override.
+fuzz: $(TEST_STAMP)
+	FJORD_FUZZ_EXAMPLES=$${FJORD_FUZZ_EXAMPLES:-300} \
+	FJORD_FUZZ_BROKER_EXAMPLES=$${FJORD_FUZZ_BROKER_EXAMPLES:-20} FJORD_FUZZ_REPORT=1 \
+	$(PY) -m pytest -p no:cacheprovider -o timeout=3600 tests/fuzz
 
 clean:
 	rm -rf var .pytest_cache

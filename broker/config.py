@@ -50,7 +50,8 @@ class ConfigDef:
         if value is not None and self.validator is not None:
             problem = self.validator(value)
             if problem:
-                raise ConfigError(f"Invalid value {raw} for configuration {self.name}: {problem}")
+                shown = "[hidden]" if self.type == "password" else raw  # as Kafka hides them
+                raise ConfigError(f"Invalid value {shown} for configuration {self.name}: {problem}")
         return value
 
     @property
@@ -110,6 +111,25 @@ def kafka_version(v: object) -> str | None:
         return str(e)
     return None
 
+
+def _valid_connection_overrides(value: object) -> str | None:
+    from broker.server.connection_quotas import parse_overrides
+
+    try:
+        parse_overrides(connection_overrides(value))
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def connection_overrides(value: object) -> list[str]:
+    """max.connections.per.ip.overrides' items (a string type: Kafka allows it empty)."""
+    return [item.strip() for item in str(value or "").split(",") if item.strip()]
+
+
+# The authorizer class names Kafka 4 and its predecessors accept; both select Fjord's.
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+ACL_AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
 
 LISTENER_RE = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[^\]]*\]|[^:]*):(?P<port>\d+)$")
 
@@ -461,6 +481,157 @@ GROUP_COORDINATOR_CONFIGS = [
     ),
 ]
 
+
+def _valid_protocol_map(value: object) -> str | None:
+    try:
+        parse_protocol_map(value)
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
+def parse_protocol_map(value: object) -> dict[str, str]:
+    """listener.security.protocol.map's LISTENER_NAME:SECURITY_PROTOCOL items."""
+    mapping = {}
+    for item in str(value).split(","):
+        name, sep, protocol = item.strip().partition(":")
+        if not sep or not name or protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(
+                f"{item.strip()!r} is not LISTENER_NAME:PROTOCOL with a protocol among "
+                f"{', '.join(SECURITY_PROTOCOLS)}"
+            )
+        if name in mapping:
+            raise ConfigError(f"Listener {name} is mapped twice")
+        mapping[name] = protocol
+    return mapping
+
+
+def _valid_jaas_config(value: object) -> str | None:
+    from broker.security.jaas import JaasConfigError, parse_jaas_config
+
+    try:
+        parse_jaas_config(str(value))
+    except JaasConfigError as e:
+        return str(e)
+    return None
+
+
+def _valid_mapping_rules(value: object) -> str | None:
+    from broker.security.tls import SslConfigError, SslPrincipalMapper
+
+    try:
+        SslPrincipalMapper(str(value))
+    except SslConfigError as e:
+        return str(e)
+    return None
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+CLIENT_AUTH_VALUES = ("none", "requested", "required")
+
+# Authentication (issue 6). The ssl.* and sasl.enabled.mechanisms properties may also be set
+# for one listener as listener.name.<lower-case listener name>.<property>, and the JAAS config
+# for one listener and mechanism as listener.name.<listener>.<mechanism>.sasl.jaas.config.
+SECURITY_CONFIGS = [
+    ConfigDef(
+        "listener.security.protocol.map",
+        "string",
+        ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS),
+        "The security protocol of each listener name, as LISTENER_NAME:PROTOCOL pairs.",
+        _valid_protocol_map,
+    ),
+    ConfigDef(
+        "sasl.enabled.mechanisms",
+        "list",
+        # Kafka's default is GSSAPI, which Fjord does not implement; SCRAM needs no JAAS user
+        # list (credentials live in the metadata store), so a SASL listener works out of the box.
+        ["SCRAM-SHA-256", "SCRAM-SHA-512"],
+        "The SASL mechanisms SASL listeners offer: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512.",
+        one_of(*SASL_MECHANISMS),
+    ),
+    ConfigDef(
+        "connection.failed.authentication.delay.ms",
+        "int",
+        100,
+        "How long a connection whose authentication failed stays open after its answer "
+        "(KIP-306): it slows down clients retrying bad credentials, and every client reads "
+        "the answer before the connection goes.",
+        at_least(0),
+    ),
+    ConfigDef(
+        "sasl.server.max.receive.size",
+        "int",
+        524288,
+        "The largest frame a SASL connection may send before it has authenticated.",
+        at_least(1),
+    ),
+    ConfigDef(
+        "sasl.jaas.config",
+        "password",
+        None,
+        'JAAS login module for SASL/PLAIN (user_<name>="<password>" options) on listeners '
+        "without a listener.name.<l>.plain.sasl.jaas.config of their own.",
+        _valid_jaas_config,
+    ),
+    ConfigDef(
+        "ssl.keystore.type",
+        "string",
+        "JKS",
+        "The key store's format; Fjord reads PEM only, so SSL listeners need PEM.",
+    ),
+    ConfigDef(
+        "ssl.keystore.location",
+        "string",
+        None,
+        "A PEM file with the private key and the certificate chain.",
+    ),
+    ConfigDef(
+        "ssl.keystore.certificate.chain",
+        "password",
+        None,
+        "The certificate chain as PEM text (with ssl.keystore.key, instead of a location).",
+    ),
+    ConfigDef("ssl.keystore.key", "password", None, "The private key as PEM text."),
+    ConfigDef("ssl.key.password", "password", None, "The password of an encrypted private key."),
+    ConfigDef(
+        "ssl.truststore.type",
+        "string",
+        "JKS",
+        "The trust store's format; Fjord reads PEM only.",
+    ),
+    ConfigDef(
+        "ssl.truststore.location",
+        "string",
+        None,
+        "A PEM file of CA certificates that client certificates are verified against.",
+    ),
+    ConfigDef(
+        "ssl.truststore.certificates",
+        "password",
+        None,
+        "CA certificates as PEM text (instead of, or with, a trust store location).",
+    ),
+    ConfigDef(
+        "ssl.client.auth",
+        "string",
+        "none",
+        "Whether SSL clients must (required), may (requested) or do not (none) present a "
+        "certificate.",
+        one_of(*CLIENT_AUTH_VALUES),
+    ),
+    ConfigDef(
+        "ssl.principal.mapping.rules",
+        "string",
+        "DEFAULT",
+        "Rules mapping a client certificate's distinguished name to a user name: DEFAULT or "
+        "RULE:pattern/replacement/[LU], separated by commas.",
+        _valid_mapping_rules,
+    ),
+]
+SECURITY_CONFIG_NAMES = frozenset(d.name for d in SECURITY_CONFIGS)
+LISTENER_PREFIX = "listener.name."
+
 BROKER_CONFIGS: dict[str, ConfigDef] = {
     d.name: d
     for d in [
@@ -631,6 +802,36 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             at_least(1),
         ),
         ConfigDef(
+            "max.connections",
+            "int",
+            INT_MAX,
+            "The most client connections the broker keeps open; newer ones are closed at once.",
+            at_least(0),
+            dynamic=True,
+        ),
+        ConfigDef(
+            "max.connections.per.ip",
+            "int",
+            INT_MAX,
+            "The most connections from one client address.",
+            at_least(0),
+            dynamic=True,
+        ),
+        ConfigDef(
+            "max.connections.per.ip.overrides",
+            "string",
+            "",
+            "Per-address exceptions to max.connections.per.ip, as host:count,host:count.",
+            _valid_connection_overrides,
+            dynamic=True,
+        ),
+        ConfigDef(
+            "connections.max.idle.ms",
+            "long",
+            600000,
+            "Close a connection that has sent no request for this long; -1 never does.",
+        ),
+        ConfigDef(
             "max.incremental.fetch.session.cache.slots",
             "int",
             1000,
@@ -649,7 +850,28 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             None,
             "Cluster id; generated and stored in the metadata store when unset.",
         ),
+        ConfigDef(
+            "authorizer.class.name",
+            "string",
+            "",
+            "The authorizer: empty for none (every request allowed), or Kafka's "
+            f"{STANDARD_AUTHORIZER} (or its old name {ACL_AUTHORIZER}) for ACLs.",
+            one_of("", STANDARD_AUTHORIZER, ACL_AUTHORIZER),
+        ),
+        ConfigDef(
+            "super.users",
+            "string",
+            "",
+            "Principals, separated by semicolons, that every ACL check allows.",
+        ),
+        ConfigDef(
+            "allow.everyone.if.no.acl.found",
+            "boolean",
+            False,
+            "Allow a request on a resource that no ACL mentions.",
+        ),
         *GROUP_COORDINATOR_CONFIGS,
+        *SECURITY_CONFIGS,
     ]
 }
 for _name, _synonym, _type, _default, _validator, _doc in _TOPIC:
@@ -675,6 +897,7 @@ class BrokerConfig:
     def __init__(self, props: Mapping[str, str] | None = None) -> None:
         self.static: dict[str, object] = {}
         self.dynamic: dict[str, object] = {}
+        self.listener_overrides: dict[tuple[str, str], object] = {}
         explicit = dict(props or {})
         resolved: dict[str, str] = {}
         for key, raw in explicit.items():
@@ -692,10 +915,47 @@ class BrokerConfig:
                 resolved.setdefault(target, raw)
             elif key in BROKER_CONFIGS:
                 resolved[key] = raw
+            elif key.startswith(LISTENER_PREFIX):
+                self._set_listener_override(key, raw)
             else:
                 raise ConfigError(f"Unknown configuration {key!r}")
         for key, raw in resolved.items():
             self.static[key] = BROKER_CONFIGS[key].parse(raw)
+        protocols = self.listener_security_protocols()
+        for name, _, _ in self.listeners():
+            if name not in protocols:
+                raise ConfigError(
+                    f"Invalid value for configuration listeners: no security protocol defined "
+                    f"for listener {name} in listener.security.protocol.map"
+                )
+
+    def _set_listener_override(self, key: str, raw: str) -> None:
+        """listener.name.<listener>.<property> (or .<mechanism>.sasl.jaas.config)."""
+        listener, _, name = key[len(LISTENER_PREFIX) :].partition(".")
+        mechanism, _, rest = name.partition(".")
+        if rest == "sasl.jaas.config" and mechanism.upper() in SASL_MECHANISMS:
+            definition = BROKER_CONFIGS["sasl.jaas.config"]
+        elif name in SECURITY_CONFIG_NAMES and name != "listener.security.protocol.map":
+            definition = BROKER_CONFIGS[name]
+        elif name == "max.connections":  # Kafka's limit for one listener
+            definition = BROKER_CONFIGS[name]
+        else:
+            raise ConfigError(f"Unknown configuration {key!r}")
+        try:
+            self.listener_overrides[(listener, name)] = definition.parse(raw)
+        except ConfigError as e:
+            raise ConfigError(f"{key}: {e}") from None
+
+    def listener_security_protocols(self) -> dict[str, str]:
+        return parse_protocol_map(self["listener.security.protocol.map"])
+
+    def listener_value(self, listener: str, name: str, prefixed_only: bool = False) -> object:
+        """A security property for one listener: listener.name.<listener lower-case>.<name>
+        if set, else (unless prefixed_only) the broker-wide value."""
+        key = (listener.lower(), name)
+        if key in self.listener_overrides:
+            return self.listener_overrides[key]
+        return None if prefixed_only else self[name]
 
     def __getitem__(self, name: str) -> object:
         if name in self.dynamic:

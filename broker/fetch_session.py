@@ -140,6 +140,12 @@ class FetchSession:
             for listener in tuple(self.listeners):
                 listener(appended_bytes)
 
+    def mark_all_changed(self) -> None:
+        for key in self.partitions:
+            self._mark(key)
+        for listener in tuple(self.listeners):
+            listener(0)
+
     def record_response(
         self,
         cached: CachedPartition,
@@ -355,6 +361,13 @@ class FetchSessionCache:
             if sessions:
                 for session in sessions:
                     session.mark_changed((topic_id, partition), appended_bytes)
+
+    def all_partitions_changed(self) -> None:
+        """Every partition of every session is read again at its session's next fetch: what
+        fetchers may read changed (ACLs were created or deleted). O(cached partitions), paid
+        on the rare ACL change so that fetches never check partitions that did not change."""
+        for session in self._sessions.values():
+            session.mark_all_changed()
 
     # -- bookkeeping -----------------------------------------------------------------------
 

@@ -156,4 +156,14 @@ def broker_client(broker_and_client):
     return broker_and_client[1]
 
 
+def pytest_terminal_summary(terminalreporter) -> None:
+    """What the fuzz tests (tests/fuzz) tried, when they ran; `make fuzz` asks for the table."""
+    fuzz = sys.modules.get("fuzz_support")
+    lines = fuzz.TALLY.report() if fuzz else []
+    if lines:
+        terminalreporter.section("fuzz")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
 os.environ.setdefault("PYTHONUNBUFFERED", "1")

@@ -5,7 +5,8 @@ Each handler turns the request of any served version into the classic group mana
 writes the answer back in the request's version. The versions are Kafka 4.x's: JoinGroup v0-1
 were removed by KIP-896; SyncGroup v5 adds the protocol type and name; LeaveGroup v3 (KIP-345)
 removes several members, by member or instance id; DescribeGroups v6 (KIP-1043) reports unknown
-groups as GROUP_ID_NOT_FOUND.
+groups as GROUP_ID_NOT_FOUND. All need READ on the group (DescribeGroups: DESCRIBE), else
+GROUP_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from datetime import timedelta
 
 from kio.schema.errors import ErrorCode
 
+from broker.apis.auth_helper import authorized_operations
 from broker.apis.base import NO_THROTTLE, ApiSpec, RequestContext
-from broker.apis.metadata import authorized_operations
 from broker.coordinator.classic_group import (
     GroupDescription,
     JoinRequest,
@@ -25,7 +26,7 @@ from broker.coordinator.classic_group import (
     SyncRequest,
     SyncResponse,
 )
-from broker.security.operations import ResourceType
+from broker.security.operations import AclOperation, ResourceType
 
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS = 11, 12, 13, 14, 15
 
@@ -38,7 +39,24 @@ def _client_host(ctx: RequestContext) -> str:
     return f"/{ctx.client_host}"  # Kafka shows InetAddress.toString()
 
 
+def _may_read(broker, ctx: RequestContext, group_id: str) -> bool:
+    return broker.authorize(ctx, AclOperation.READ, ResourceType.GROUP, group_id)
+
+
 async def handle_join_group(broker, ctx: RequestContext, request) -> object:
+    if not _may_read(broker, ctx, request.group_id):
+        return ctx.response(
+            "JoinGroupResponse",
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.group_authorization_failed,
+            generation_id=-1,
+            protocol_type=None,
+            protocol_name=None if ctx.api_version >= 7 else "",
+            leader="",
+            skip_assignment=False,
+            member_id="",
+            members=(),
+        )
     join = JoinRequest(
         group_id=request.group_id,
         member_id=request.member_id,
@@ -81,6 +99,15 @@ async def handle_join_group(broker, ctx: RequestContext, request) -> object:
 
 
 async def handle_sync_group(broker, ctx: RequestContext, request) -> object:
+    if not _may_read(broker, ctx, request.group_id):
+        return ctx.response(
+            "SyncGroupResponse",
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.group_authorization_failed,
+            protocol_type=None,
+            protocol_name=None,
+            assignment=b"",
+        )
     sync = SyncRequest(
         group_id=request.group_id,
         member_id=request.member_id,
@@ -105,6 +132,12 @@ async def handle_sync_group(broker, ctx: RequestContext, request) -> object:
 
 
 async def handle_heartbeat(broker, ctx: RequestContext, request) -> object:
+    if not _may_read(broker, ctx, request.group_id):
+        return ctx.response(
+            "HeartbeatResponse",
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.group_authorization_failed,
+        )
     coordinator = broker.group_coordinator
     error = await broker.coordinator_runtime.run(
         request.group_id,
@@ -120,6 +153,13 @@ async def handle_heartbeat(broker, ctx: RequestContext, request) -> object:
 
 
 async def handle_leave_group(broker, ctx: RequestContext, request) -> object:
+    if not _may_read(broker, ctx, request.group_id):
+        return ctx.response(
+            "LeaveGroupResponse",
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.group_authorization_failed,
+            members=(),
+        )
     batched = ctx.api_version >= 3
     members = (
         [MemberIdentity(m.member_id, m.group_instance_id) for m in request.members]
@@ -157,13 +197,15 @@ async def handle_describe_groups(broker, ctx: RequestContext, request) -> object
         "DescribeGroupsResponse",
         throttle_time=NO_THROTTLE,
         groups=tuple(
-            _described_group(ctx, _describe(broker, ctx, group_id), include_operations)
+            _described_group(broker, ctx, _describe(broker, ctx, group_id), include_operations)
             for group_id in request.groups
         ),
     )
 
 
 def _describe(broker, ctx: RequestContext, group_id: str) -> GroupDescription:
+    if not broker.authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+        return GroupDescription(group_id, "", error=ErrorCode.group_authorization_failed)
     coordinator = broker.group_coordinator
     description = coordinator.classic.describe_group(group_id)
     if description.error != ErrorCode.group_id_not_found:
@@ -176,7 +218,9 @@ def _describe(broker, ctx: RequestContext, group_id: str) -> GroupDescription:
     return description
 
 
-def _described_group(ctx: RequestContext, group: GroupDescription, include_operations: bool):
+def _described_group(
+    broker, ctx: RequestContext, group: GroupDescription, include_operations: bool
+):
     return ctx.response(
         "DescribedGroup",
         error_code=group.error,
@@ -197,7 +241,13 @@ def _described_group(ctx: RequestContext, group: GroupDescription, include_opera
             )
             for m in group.members
         ),
-        authorized_operations=authorized_operations(include_operations, ResourceType.GROUP),
+        authorized_operations=authorized_operations(
+            broker,
+            ctx,
+            include_operations and group.error is not ErrorCode.group_authorization_failed,
+            ResourceType.GROUP,
+            group.group_id,
+        ),
     )
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from broker.apis.auth_helper import UNREQUESTED_OPERATIONS, cluster_authorized_operations
 from broker.apis.base import NO_THROTTLE, RequestContext
-from broker.apis.metadata import UNREQUESTED_OPERATIONS, authorized_operations, broker_nodes
-from broker.security.operations import ResourceType
+from broker.apis.metadata import broker_nodes
 
 BROKERS_ENDPOINT = 1
 
@@ -34,7 +34,7 @@ def handle_describe_cluster(broker, ctx: RequestContext, request) -> object:
         cluster_id=broker.image.cluster_id,
         controller_id=broker.node_id,
         brokers=tuple(broker_nodes(broker, ctx, "DescribeClusterBroker", is_fenced=False)),
-        cluster_authorized_operations=authorized_operations(
-            request.include_cluster_authorized_operations, ResourceType.CLUSTER
+        cluster_authorized_operations=cluster_authorized_operations(
+            broker, ctx, request.include_cluster_authorized_operations
         ),
     )

@@ -1,4 +1,6 @@
-"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and the broker."""
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics, the broker and groups.
+Describing needs DESCRIBE_CONFIGS, altering ALTER_CONFIGS, on the topic, the group, or for the
+broker on the cluster."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from broker.apis.auth_helper import authorize_cluster
 from broker.apis.base import NO_THROTTLE, KafkaError, RequestContext
 from broker.config import (
     BROKER_CONFIGS,
@@ -13,12 +16,14 @@ from broker.config import (
     GROUP_TO_BROKER,
     TOPIC_CONFIGS,
     TOPIC_TO_BROKER,
+    TYPE_IDS,
     ConfigError,
     render,
     validate_dynamic_broker_configs,
     validate_group_configs,
     validate_topic_configs,
 )
+from broker.security.operations import AclOperation, ResourceType
 
 TOPIC = 2
 BROKER = 4
@@ -54,12 +59,14 @@ class ConfigEntry:
 def _broker_entry(broker, name: str) -> ConfigEntry:
     d = BROKER_CONFIGS[name]
     source = _BROKER_SOURCE[broker.config.source(name)]
+    # Kafka never sends the value of a password config (sensitive), only that it is set.
+    value = None if d.type == "password" else render(broker.config[name])
     return ConfigEntry(
         name,
-        render(broker.config[name]),
+        value,
         not d.dynamic,
         source,
-        ((name, render(broker.config[name]), source),),
+        ((name, value, source),),
         d.type_id,
         d.doc,
     )
@@ -103,6 +110,28 @@ def _resource_entries(broker, resource_type: int, name: str) -> list[ConfigEntry
     raise KafkaError(ErrorCode.invalid_request, f"Unsupported resource type {resource_type}")
 
 
+# The resource a config resource is authorized as, and the code and message of a refusal.
+_ACL_RESOURCES = {
+    TOPIC: (ResourceType.TOPIC, ErrorCode.topic_authorization_failed, "Topic"),
+    GROUP: (ResourceType.GROUP, ErrorCode.group_authorization_failed, "Group"),
+    BROKER: (ResourceType.CLUSTER, ErrorCode.cluster_authorization_failed, "Cluster"),
+}
+
+
+def _authorize(broker, ctx, operation: AclOperation, resource_type: int, name: str, told: bool):
+    """Raise the resource's *_AUTHORIZATION_FAILED unless `operation` is allowed on it; `told`:
+    with Kafka's message (DescribeConfigs has one, the alter APIs none)."""
+    if resource_type not in _ACL_RESOURCES:
+        return
+    acl_resource, code, what = _ACL_RESOURCES[resource_type]
+    if acl_resource is ResourceType.CLUSTER:
+        allowed = authorize_cluster(broker, ctx, operation)
+    else:
+        allowed = broker.authorize(ctx, operation, acl_resource, name)
+    if not allowed:
+        raise KafkaError(code, f"{what} authorization failed." if told else None)
+
+
 def _check_broker_name(broker, name: str) -> None:
     if name not in ("", str(broker.node_id)):
         raise KafkaError(
@@ -115,6 +144,14 @@ def handle_describe_configs(broker, ctx: RequestContext, request) -> object:
     results = []
     for r in request.resources:
         try:
+            _authorize(
+                broker,
+                ctx,
+                AclOperation.DESCRIBE_CONFIGS,
+                r.resource_type,
+                r.resource_name,
+                told=True,
+            )
             entries = _resource_entries(broker, r.resource_type, r.resource_name)
             code, message = ErrorCode.none, None
         except KafkaError as e:
@@ -130,7 +167,7 @@ def handle_describe_configs(broker, ctx: RequestContext, request) -> object:
                 read_only=e.read_only,
                 config_source=e.config_source,
                 is_default=(e.config_source == DEFAULT_CONFIG),
-                is_sensitive=False,
+                is_sensitive=(e.config_type == TYPE_IDS["password"]),
                 synonyms=tuple(
                     ctx.response("DescribeConfigsSynonym", name=n, value=v, source=s)
                     for n, v, s in e.synonyms
@@ -210,6 +247,14 @@ async def _alter(broker, ctx: RequestContext, request, compute) -> object:
     for r in request.resources:
         code, message = ErrorCode.none, None
         try:
+            _authorize(
+                broker,
+                ctx,
+                AclOperation.ALTER_CONFIGS,
+                r.resource_type,
+                r.resource_name,
+                told=False,
+            )
             if r.resource_type == TOPIC:
                 topic = broker.image.topic(r.resource_name)
                 if topic is None:

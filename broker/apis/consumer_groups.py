@@ -2,7 +2,8 @@
 
 Both versions of each are served, as by Kafka 4.x: ConsumerGroupHeartbeat v1 adds the
 server-side regex subscription and makes the client generate its member id; ConsumerGroupDescribe
-v1 adds the member type.
+v1 adds the member type. A heartbeat needs READ on the group and DESCRIBE on the topics it
+names; a description needs DESCRIBE on the group and on every topic its members hold.
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from datetime import timedelta
 
 from kio.schema.errors import ErrorCode
 
+from broker.apis.auth_helper import authorized_operations, filter_authorized
 from broker.apis.base import NO_THROTTLE, ApiSpec, RequestContext
-from broker.apis.metadata import authorized_operations
 from broker.coordinator.assignors import Assignment
 from broker.coordinator.consumer_group import ConsumerGroup, GroupError, HeartbeatRequest
-from broker.security.operations import ResourceType
+from broker.security.operations import AclOperation, ResourceType
 
 # ConsumerGroupDescribe v1's member type: how the member talks to the group (online migration).
 CLASSIC_MEMBER_TYPE, CONSUMER_MEMBER_TYPE = 0, 1
@@ -31,6 +32,13 @@ async def handle_consumer_group_heartbeat(broker, ctx: RequestContext, request) 
         return _heartbeat_error(
             ctx, ErrorCode.unsupported_version, "The consumer group protocol is not enabled."
         )
+    if not broker.authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return _heartbeat_error(ctx, ErrorCode.group_authorization_failed, None)
+    subscribed = set(request.subscribed_topic_names or ())
+    if filter_authorized(broker, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, subscribed) != (
+        subscribed
+    ):
+        return _heartbeat_error(ctx, ErrorCode.topic_authorization_failed, None)
     heartbeat = HeartbeatRequest(
         group_id=request.group_id,
         member_id=request.member_id,
@@ -100,10 +108,21 @@ async def handle_consumer_group_describe(broker, ctx: RequestContext, request) -
         if not group_id:
             described.append(_describe_error(ctx, group_id, ErrorCode.invalid_group_id, None))
             continue
+        if not broker.authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            code = ErrorCode.group_authorization_failed
+            described.append(_describe_error(ctx, group_id, code, None))
+            continue
         try:
             group = manager.consumer_group(group_id)
         except GroupError as e:
             described.append(_describe_error(ctx, group_id, e.code, e.message))
+            continue
+        if not _may_describe_topics(broker, ctx, group):
+            code = ErrorCode.topic_authorization_failed
+            message = (
+                "The described group uses topics that the client is not authorized to describe."
+            )
+            described.append(_describe_error(ctx, group_id, code, message))
             continue
         described.append(_describe(broker, ctx, group, request.include_authorized_operations))
     return ctx.response(
@@ -125,6 +144,16 @@ def _describe_error(
         assignor_name="",
         members=(),
     )
+
+
+def _may_describe_topics(broker, ctx: RequestContext, group: ConsumerGroup) -> bool:
+    """Clients may not learn of topics they cannot describe through a group's assignments."""
+    topic_ids = set()
+    for m in group.members.values():
+        topic_ids.update(m.current.assigned_partitions)
+        topic_ids.update(group.target_assignment.get(m.member_id, {}))
+    names = {t.name for t in map(broker.image.topic_by_id, topic_ids) if t is not None}
+    return filter_authorized(broker, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names) == names
 
 
 def _describe(broker, ctx: RequestContext, group: ConsumerGroup, include_operations: bool):
@@ -171,7 +200,9 @@ def _describe(broker, ctx: RequestContext, group: ConsumerGroup, include_operati
         assignment_epoch=group.assignment_epoch,
         assignor_name=broker.group_coordinator.consumer.assignor_name(group.members.values()),
         members=members,
-        authorized_operations=authorized_operations(include_operations, ResourceType.GROUP),
+        authorized_operations=authorized_operations(
+            broker, ctx, include_operations, ResourceType.GROUP, group.group_id
+        ),
     )
 
 

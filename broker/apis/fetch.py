@@ -28,7 +28,9 @@ import asyncio
 
 from kio.schema.errors import ErrorCode
 
+from broker.apis.auth_helper import authorize_cluster, filter_authorized
 from broker.apis.base import NO_THROTTLE, RequestContext
+from broker.coordinator.records import ZERO_UUID
 from broker.fetch_session import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
@@ -37,6 +39,7 @@ from broker.fetch_session import (
     FetchSession,
     next_epoch,
 )
+from broker.security.operations import AclOperation, ResourceType
 from broker.server.replica_manager import FetchWaiter
 from broker.storage import OffsetOutOfRangeError
 
@@ -89,7 +92,7 @@ def _session_error(ctx: RequestContext, code: ErrorCode, session_id: int = INVAL
 async def _full_fetch(broker, ctx: RequestContext, request, *, create_session: bool) -> object:
     wanted = _resolve(broker, request)
     read_committed = request.isolation_level == READ_COMMITTED
-    reads, size, failed = _read(broker, ctx, wanted, request.max_bytes, read_committed)
+    reads, size, failed = _read(broker, ctx, request, wanted, read_committed)
     wait_s = request.max_wait.total_seconds()
     if size < request.min_bytes and wait_s > 0 and not failed and wanted:
         waiter = FetchWaiter(
@@ -104,7 +107,7 @@ async def _full_fetch(broker, ctx: RequestContext, request, *, create_session: b
             pass
         finally:
             broker.replica_manager.unpark(waiter)
-        reads, size, failed = _read(broker, ctx, wanted, request.max_bytes, read_committed)
+        reads, size, failed = _read(broker, ctx, request, wanted, read_committed)
     session_id = INVALID_SESSION_ID
     if create_session:
         session = _create_session(broker, ctx, request, wanted, reads, read_committed)
@@ -140,7 +143,7 @@ async def _incremental_fetch(broker, ctx: RequestContext, request, session: Fetc
     read_committed = request.isolation_level == READ_COMMITTED
     pending = session.changed_partitions()
     reads, size, failed = _read(
-        broker, ctx, _session_wanted(broker, pending), request.max_bytes, read_committed
+        broker, ctx, request, _session_wanted(broker, pending), read_committed
     )
     wait_s = request.max_wait.total_seconds()
     if size < request.min_bytes and wait_s > 0 and not failed:
@@ -160,7 +163,7 @@ async def _incremental_fetch(broker, ctx: RequestContext, request, session: Fetc
                 session.listeners.discard(waiter.on_change)
             pending = session.changed_partitions()
             reads, size, failed = _read(
-                broker, ctx, _session_wanted(broker, pending), request.max_bytes, read_committed
+                broker, ctx, request, _session_wanted(broker, pending), read_committed
             )
             # A change that brought too little (read_committed: data still above the LSO)
             # parks the fetch again for the rest of its wait.
@@ -248,6 +251,8 @@ def _resolve(broker, request) -> list:
     wanted = []
     for topic in request.topics:
         topic_id = getattr(topic, "topic_id", None)
+        if topic_id is None and not hasattr(topic, "topic"):
+            topic_id = ZERO_UUID  # v13+ sent the zero id (kio reads it as None): unknown
         if topic_id is not None:
             meta = broker.image.topic_by_id(topic_id)
             name = meta.name if meta else None
@@ -272,15 +277,19 @@ def _session_wanted(broker, pending: list[CachedPartition]) -> list:
     return wanted
 
 
-def _read(broker, ctx: RequestContext, wanted, max_bytes: int, read_committed: bool):
+def _read(broker, ctx: RequestContext, request, wanted, read_committed: bool):
     """Per partition of `wanted`, in order: (name, topic id, PartitionData); the bytes read and
     whether any partition failed."""
     rm = broker.replica_manager
-    budget = FetchBudget(max_bytes)
+    budget = FetchBudget(request.max_bytes)
     failed = False
     reads = []
+    readable = readable_topics(broker, ctx, request, {name for name, _, _ in wanted})
     for name, topic_id, p in wanted:
-        log, code = rm.lookup(name, p.partition)
+        if name is not None and name not in readable:
+            log, code = None, ErrorCode.topic_authorization_failed
+        else:
+            log, code = rm.lookup(name, p.partition)
         if log is None and topic_id is not None and name is None:
             code = ErrorCode.unknown_topic_id
         if code == ErrorCode.none:
@@ -326,6 +335,15 @@ def _read(broker, ctx: RequestContext, wanted, max_bytes: int, read_committed: b
         )
         reads.append((name, topic_id, partition))
     return reads, budget.total, failed
+
+
+def readable_topics(broker, ctx: RequestContext, request, names: set) -> set:
+    """Consumers need READ on each topic, followers CLUSTER_ACTION on the cluster. Checked on
+    every request, so a session's partitions lose access as soon as an ACL goes."""
+    names.discard(None)
+    if _replica_id(request) >= 0:
+        return names if authorize_cluster(broker, ctx, AclOperation.CLUSTER_ACTION) else set()
+    return filter_authorized(broker, ctx, AclOperation.READ, ResourceType.TOPIC, names)
 
 
 class FetchBudget:

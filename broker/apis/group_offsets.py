@@ -1,4 +1,10 @@
-"""FindCoordinator, OffsetCommit, OffsetFetch, OffsetDelete, ListGroups, DeleteGroups."""
+"""FindCoordinator, OffsetCommit, OffsetFetch, OffsetDelete, ListGroups, DeleteGroups.
+
+Authorization as in Kafka: finding a coordinator needs DESCRIBE on the group or transactional
+id; committing READ on the group and on each topic; fetching DESCRIBE on the group, and offsets
+of topics the principal may not DESCRIBE are refused or left out; deleting offsets DELETE on
+the group and READ on each topic; deleting a group DELETE on it; ListGroups shows every group
+to DESCRIBE on the cluster, otherwise the groups the principal may DESCRIBE."""
 
 from __future__ import annotations
 
@@ -6,26 +12,43 @@ from datetime import timedelta
 
 from kio.schema.errors import ErrorCode
 
+from broker.apis.auth_helper import authorize_cluster, filter_authorized
 from broker.apis.base import NO_THROTTLE, ApiSpec, RequestContext
-from broker.coordinator.offsets import OffsetCommitRequest
+from broker.coordinator.offsets import NO_OFFSET, CommittedOffset, OffsetCommitRequest
+from broker.security.operations import AclOperation, ResourceType
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
+_KEY_RESOURCES = {
+    GROUP_KEY: (ResourceType.GROUP, ErrorCode.group_authorization_failed),
+    TRANSACTION_KEY: (
+        ResourceType.TRANSACTIONAL_ID,
+        ErrorCode.transactional_id_authorization_failed,
+    ),
+}
 
 
 async def handle_find_coordinator(broker, ctx: RequestContext, request) -> object:
     keys = list(getattr(request, "coordinator_keys", ()) or [getattr(request, "key", "")])
     key_type = getattr(request, "key_type", GROUP_KEY)
-    if key_type == GROUP_KEY:
-        await broker.coordinator_runtime.ensure_offsets_topic()
-    elif key_type == TRANSACTION_KEY:
-        await broker.transaction_runtime.ensure_state_topic()
-    if key_type in (GROUP_KEY, TRANSACTION_KEY):
-        host, port = broker.advertised_address(ctx.listener)
-        code, message, node_id = ErrorCode.none, None, broker.node_id
+    if key_type not in _KEY_RESOURCES:
+        found = (ErrorCode.invalid_request, f"unknown coordinator key type {key_type}", -1, "", -1)
+        results = [(key, *found) for key in keys]
     else:
-        code, message = ErrorCode.invalid_request, f"unknown coordinator key type {key_type}"
-        node_id, host, port = -1, "", -1
+        resource_type, refused = _KEY_RESOURCES[key_type]
+        allowed = filter_authorized(broker, ctx, AclOperation.DESCRIBE, resource_type, keys)
+        if allowed and key_type == GROUP_KEY:
+            await broker.coordinator_runtime.ensure_offsets_topic()
+        elif allowed:
+            await broker.transaction_runtime.ensure_state_topic()
+        host, port = broker.advertised_address(ctx.listener)
+        results = [
+            (key, ErrorCode.none, None, broker.node_id, host, port)
+            if key in allowed
+            else (key, refused, None, -1, "", -1)
+            for key in keys
+        ]
     if ctx.api_version < 4:
+        _, code, message, node_id, host, port = results[0]
         return ctx.response(
             "FindCoordinatorResponse",
             throttle_time=NO_THROTTLE,
@@ -48,12 +71,21 @@ async def handle_find_coordinator(broker, ctx: RequestContext, request) -> objec
                 error_code=code,
                 error_message=message,
             )
-            for key in keys
+            for key, code, message, node_id, host, port in results
         ),
     )
 
 
 async def handle_offset_commit(broker, ctx: RequestContext, request) -> object:
+    if not broker.authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        errors = _all_partitions(request.topics, ErrorCode.group_authorization_failed)
+        return _offset_commit_response(ctx, request, errors)
+    readable = filter_authorized(
+        broker, ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in request.topics)
+    )
+    errors = _all_partitions(
+        [t for t in request.topics if t.name not in readable], ErrorCode.topic_authorization_failed
+    )
     partitions = [
         OffsetCommitRequest(
             topic=t.name,
@@ -63,8 +95,11 @@ async def handle_offset_commit(broker, ctx: RequestContext, request) -> object:
             metadata=p.committed_metadata,
         )
         for t in request.topics
+        if t.name in readable
         for p in t.partitions
     ]
+    if not partitions:
+        return _offset_commit_response(ctx, request, errors)
     # v2-v4 may ask for a retention of their own; -1 means the broker's.
     retention = getattr(request, "retention_time", None)
     retention_ms = (
@@ -73,7 +108,7 @@ async def handle_offset_commit(broker, ctx: RequestContext, request) -> object:
         else (retention if retention is not None else -1)
     )
     coordinator = broker.group_coordinator
-    errors = await broker.coordinator_runtime.run(
+    committed = await broker.coordinator_runtime.run(
         request.group_id,
         lambda now_ms: coordinator.commit_offsets(
             request.group_id,
@@ -86,6 +121,14 @@ async def handle_offset_commit(broker, ctx: RequestContext, request) -> object:
             expire_timestamp=now_ms + retention_ms if retention_ms >= 0 else -1,
         ),
     )
+    return _offset_commit_response(ctx, request, {**errors, **committed})
+
+
+def _all_partitions(topics, code: ErrorCode) -> dict[tuple[str, int], ErrorCode]:
+    return {(t.name, p.partition_index): code for t in topics for p in t.partitions}
+
+
+def _offset_commit_response(ctx: RequestContext, request, errors) -> object:
     return ctx.response(
         "OffsetCommitResponse",
         throttle_time=NO_THROTTLE,
@@ -142,9 +185,15 @@ def _fetch_group(
         wanted = None
     else:
         wanted = [(t.name, p) for t in topics for p in getattr(t, "partition_indexes", None) or ()]
-    error, offsets = broker.group_coordinator.fetch_offsets(
-        group_id, wanted, member_id, member_epoch, require_stable=require_stable
-    )
+    if not broker.authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+        error = ErrorCode.group_authorization_failed
+        # Before v2 the error is told partition by partition.
+        refused = CommittedOffset(NO_OFFSET, -1, "", error)
+        offsets = dict.fromkeys(wanted or (), refused) if ctx.api_version < 2 else {}
+    else:
+        error, offsets = _fetch_describable(
+            broker, ctx, group_id, wanted, member_id, member_epoch, require_stable
+        )
     prefix = "OffsetFetchResponse"
     names = ("Topics", "Partitions") if batched else ("Topic", "Partition")
     by_topic: dict[str, list] = {}
@@ -169,12 +218,55 @@ def _fetch_group(
     return error, response_topics
 
 
-async def handle_offset_delete(broker, ctx: RequestContext, request) -> object:
-    wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+_TOPIC_REFUSED = CommittedOffset(NO_OFFSET, -1, "", ErrorCode.topic_authorization_failed)
+
+
+def _fetch_describable(broker, ctx, group_id, wanted, member_id, member_epoch, require_stable):
+    """Offsets of topics the principal may DESCRIBE; the others are refused when named and
+    left out of a fetch of all offsets."""
     coordinator = broker.group_coordinator
-    error, errors = await broker.coordinator_runtime.run(
-        request.group_id, lambda now_ms: coordinator.delete_offsets(request.group_id, wanted)
+    if wanted is None:
+        error, offsets = coordinator.fetch_offsets(
+            group_id, None, member_id, member_epoch, require_stable=require_stable
+        )
+        topics = (topic for topic, _ in offsets)
+        describable = filter_authorized(
+            broker, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topics
+        )
+        return error, {tp: c for tp, c in offsets.items() if tp[0] in describable}
+    topics = (topic for topic, _ in wanted)
+    describable = filter_authorized(broker, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topics)
+    error, offsets = coordinator.fetch_offsets(
+        group_id,
+        [tp for tp in wanted if tp[0] in describable],
+        member_id,
+        member_epoch,
+        require_stable=require_stable,
     )
+    if error is not ErrorCode.none:
+        return error, offsets
+    return error, {tp: offsets[tp] if tp[0] in describable else _TOPIC_REFUSED for tp in wanted}
+
+
+async def handle_offset_delete(broker, ctx: RequestContext, request) -> object:
+    if not broker.authorize(ctx, AclOperation.DELETE, ResourceType.GROUP, request.group_id):
+        error, errors = ErrorCode.group_authorization_failed, {}
+    else:
+        readable = filter_authorized(
+            broker, ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in request.topics)
+        )
+        wanted = [
+            (t.name, p.partition_index)
+            for t in request.topics
+            if t.name in readable
+            for p in t.partitions
+        ]
+        coordinator = broker.group_coordinator
+        error, errors = await broker.coordinator_runtime.run(
+            request.group_id, lambda now_ms: coordinator.delete_offsets(request.group_id, wanted)
+        )
+        refused = [t for t in request.topics if t.name not in readable]
+        errors = {**errors, **_all_partitions(refused, ErrorCode.topic_authorization_failed)}
     return ctx.response(
         "OffsetDeleteResponse",
         error_code=error,
@@ -203,6 +295,11 @@ def handle_list_groups(broker, ctx: RequestContext, request) -> object:
     states = {s.lower() for s in getattr(request, "states_filter", ())}
     types = {t.lower() for t in getattr(request, "types_filter", ())}
     groups = broker.group_coordinator.list_groups(states or None, types or None)
+    if not authorize_cluster(broker, ctx, AclOperation.DESCRIBE):
+        describable = filter_authorized(
+            broker, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, (g.group_id for g in groups)
+        )
+        groups = [g for g in groups if g.group_id in describable]
     return ctx.response(
         "ListGroupsResponse",
         throttle_time=NO_THROTTLE,
@@ -224,8 +321,11 @@ async def handle_delete_groups(broker, ctx: RequestContext, request) -> object:
     coordinator = broker.group_coordinator
     names = list(request.groups_names)
     results: dict[str, ErrorCode] = {}
+    deletable = filter_authorized(broker, ctx, AclOperation.DELETE, ResourceType.GROUP, names)
+    for group_id in set(names) - deletable:
+        results[group_id] = ErrorCode.group_authorization_failed
     # One operation per group: each group's records go to its own partition.
-    for group_id in names:
+    for group_id in deletable:
         outcome = await broker.coordinator_runtime.run(
             group_id, lambda now_ms, g=group_id: coordinator.delete_groups([g])
         )

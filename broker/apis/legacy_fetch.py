@@ -16,12 +16,14 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from broker.apis.auth_helper import filter_authorized
 from broker.apis.base import RequestContext
-from broker.apis.fetch import FetchBudget
+from broker.apis.fetch import FetchBudget, readable_topics
 from broker.protocol import legacy as wire
 from broker.records import compression as codecs
 from broker.records.batch import iter_batches
 from broker.records.legacy import DownConverted, down_convert, magic_for_fetch_version
+from broker.security.operations import AclOperation, ResourceType
 from broker.server.replica_manager import FetchWaiter
 from broker.storage import OffsetOutOfRangeError
 
@@ -41,7 +43,8 @@ class _PartitionRead:
 
 async def handle(broker, ctx: RequestContext, request: wire.FetchRequest) -> wire.FetchResponse:
     wanted = [(t.topic, p) for t in request.topics for p in t.partitions]
-    reads, size = _read(broker, request, wanted)
+    readable = readable_topics(broker, ctx, request, {t.topic for t in request.topics})
+    reads, size = _read(broker, request, wanted, readable)
     failed = any(r.error_code != ErrorCode.none for r in reads)
     wait_s = request.max_wait_ms / 1000
     if size < request.min_bytes and wait_s > 0 and not failed and wanted:
@@ -56,7 +59,7 @@ async def handle(broker, ctx: RequestContext, request: wire.FetchRequest) -> wir
             pass
         finally:
             broker.replica_manager.unpark(waiter)
-        reads, size = _read(broker, request, wanted)
+        reads, size = _read(broker, request, wanted, readable)
     magic = magic_for_fetch_version(ctx.api_version)
     if size > INLINE_LIMIT or any(_compressed(r) for r in reads):
         converted = await broker.run_blocking(_convert_all, reads, magic)
@@ -65,12 +68,17 @@ async def handle(broker, ctx: RequestContext, request: wire.FetchRequest) -> wir
     return _response(ctx.api_version, reads, converted)
 
 
-def _read(broker, request: wire.FetchRequest, wanted: list) -> tuple[list[_PartitionRead], int]:
+def _read(
+    broker, request: wire.FetchRequest, wanted: list, readable: set
+) -> tuple[list[_PartitionRead], int]:
     """The v2 data each partition offers, and its total size (what min_bytes counts)."""
     rm = broker.replica_manager
     budget = FetchBudget(request.max_bytes)
     reads = []
     for name, p in wanted:
+        if name not in readable:
+            reads.append(_PartitionRead(name, p.partition, ErrorCode.topic_authorization_failed))
+            continue
         log, code = rm.lookup(name, p.partition)
         if log is None:
             reads.append(_PartitionRead(name, p.partition, code))
@@ -135,11 +143,16 @@ def handle_list_offsets_v0(
     modification times, as Kafka did (Log.offsets_before), not by record timestamps."""
     rm = broker.replica_manager
     now_ms = int(time.time() * 1000)
+    names = (t.name for t in request.topics)
+    describable = filter_authorized(broker, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
     topics = []
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
-            log, code = rm.lookup(topic.name, p.partition_index)
+            if topic.name in describable:
+                log, code = rm.lookup(topic.name, p.partition_index)
+            else:
+                log, code = None, ErrorCode.topic_authorization_failed
             offsets: tuple[int, ...] = ()
             if log is not None:
                 offsets = tuple(log.offsets_before(p.timestamp, p.max_num_offsets, now_ms))

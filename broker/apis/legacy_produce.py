@@ -15,6 +15,7 @@ import weakref
 
 from kio.schema.errors import ErrorCode
 
+from broker.apis.auth_helper import filter_authorized
 from broker.apis.base import RequestContext
 from broker.apis.produce import (
     CLOSE_CONNECTION,
@@ -27,6 +28,7 @@ from broker.protocol import legacy as wire
 from broker.records import compression as codecs
 from broker.records.errors import InvalidRecordError
 from broker.records.legacy import COMPRESSION_MASK, UpConverted, up_convert
+from broker.security.operations import AclOperation, ResourceType
 
 INLINE_LIMIT = 16 * 1024  # uncompressed sets up to this size are converted on the loop
 _ATTRIBUTES = 17  # of the first entry: its codec tells whether conversion decompresses
@@ -50,11 +52,16 @@ async def handle(broker, ctx: RequestContext, request: wire.ProduceRequest) -> o
     turn = asyncio.get_running_loop().create_future()
     earlier: set[asyncio.Future] = set()
     slots = []  # ((topic, partition), conversion task or None, result known up front or None)
+    names = (t.name for t in request.topic_data)
+    writable = filter_authorized(broker, ctx, AclOperation.WRITE, ResourceType.TOPIC, names)
     try:
         for topic_data in request.topic_data:
             for pd in topic_data.partition_data:
                 tp = (topic_data.name, pd.index)
-                result, task = _start(broker, tp, pd.records, acks)
+                if tp[0] in writable:
+                    result, task = _start(broker, tp, pd.records, acks)
+                else:
+                    result, task = PartitionResult(ErrorCode.topic_authorization_failed), None
                 if task is not None:
                     if tails.get(tp, turn) is not turn:
                         earlier.add(tails[tp])

@@ -1,10 +1,13 @@
-"""ListOffsets: earliest, latest, by timestamp (time index) and max timestamp."""
+"""ListOffsets: earliest, latest, by timestamp (time index) and max timestamp; DESCRIBE on the
+topic."""
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from broker.apis.auth_helper import filter_authorized
 from broker.apis.base import NO_THROTTLE, RequestContext
+from broker.security.operations import AclOperation, ResourceType
 
 LATEST = -1
 EARLIEST = -2
@@ -16,11 +19,16 @@ READ_COMMITTED = 1
 def handle_list_offsets(broker, ctx: RequestContext, request) -> object:
     rm = broker.replica_manager
     isolation_level = getattr(request, "isolation_level", 0)
+    names = (t.name for t in request.topics)
+    describable = filter_authorized(broker, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
     topics = []
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
-            log, code = rm.lookup(topic.name, p.partition_index)
+            if topic.name in describable:
+                log, code = rm.lookup(topic.name, p.partition_index)
+            else:
+                log, code = None, ErrorCode.topic_authorization_failed
             if code == ErrorCode.none:
                 code = rm.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
             offset = timestamp = -1

@@ -1,26 +1,35 @@
-"""Metadata: brokers, the cluster id and topics (creating them on demand when allowed)."""
+"""Metadata: brokers, the cluster id and topics (creating them on demand when allowed). Only
+topics the principal may DESCRIBE are listed; creating one needs CREATE on the cluster or the
+topic."""
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from broker.apis.auth_helper import (
+    UNREQUESTED_OPERATIONS,
+    authorize_cluster,
+    authorized_operations,
+    cluster_authorized_operations,
+)
 from broker.apis.base import NO_THROTTLE, RequestContext
+from broker.apis.produce import CLOSE_CONNECTION
 from broker.metadata.image import topic_name_problem
-from broker.security.operations import SUPPORTED_OPERATIONS, ResourceType, operations_bitfield
-
-UNREQUESTED_OPERATIONS = -(2**31)
-
-
-def authorized_operations(requested: bool, resource_type: ResourceType) -> int:
-    """Without an authorizer every operation the resource supports is allowed."""
-    if not requested:
-        return UNREQUESTED_OPERATIONS
-    return operations_bitfield(SUPPORTED_OPERATIONS[resource_type])
+from broker.security.operations import AclOperation, ResourceType
 
 
 async def handle_metadata(broker, ctx: RequestContext, request) -> object:
     image = broker.image
-    if request.topics is None:
+    all_topics = request.topics is None or (ctx.api_version == 0 and not request.topics)
+    if (
+        ctx.api_version < 12
+        and not all_topics
+        and any(t.name is None or getattr(t, "topic_id", None) is not None for t in request.topics)
+    ):
+        # Kafka refuses these (InvalidRequestException: ids and null names are v12's); a
+        # v10-11 response cannot carry a topic without a name, so the connection closes.
+        return CLOSE_CONNECTION
+    if all_topics:
         topics = [(t.name, None) for t in image.topics()]
     else:
         topics = []
@@ -42,8 +51,19 @@ async def handle_metadata(broker, ctx: RequestContext, request) -> object:
         if name is None:
             results.append(_topic_error(ctx, None, topic_id, ErrorCode.unknown_topic_id))
             continue
+        if not broker.authorize(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+            # Whether it exists stays secret; a listing of all topics just leaves it out.
+            if not all_topics:
+                shown = None if topic_id is not None else name
+                code = ErrorCode.topic_authorization_failed
+                results.append(_topic_error(ctx, shown, topic_id, code))
+            continue
         topic = image.topic(name)
         if topic is None and may_create and topic_name_problem(name) is None:
+            if not _may_create(broker, ctx, name):
+                code = ErrorCode.topic_authorization_failed
+                results.append(_topic_error(ctx, name, None, code))
+                continue
             topic = await broker.auto_create_topic(name)
         if topic is None:
             code = (
@@ -75,8 +95,11 @@ async def handle_metadata(broker, ctx: RequestContext, request) -> object:
                 is_internal=topic.internal,
                 partitions=partitions,
                 topic_authorized_operations=authorized_operations(
+                    broker,
+                    ctx,
                     getattr(request, "include_topic_authorized_operations", False),
                     ResourceType.TOPIC,
+                    topic.name,
                 ),
             )
         )
@@ -87,9 +110,15 @@ async def handle_metadata(broker, ctx: RequestContext, request) -> object:
         cluster_id=image.cluster_id,
         controller_id=broker.node_id,
         topics=tuple(results),
-        cluster_authorized_operations=authorized_operations(
-            getattr(request, "include_cluster_authorized_operations", False), ResourceType.CLUSTER
+        cluster_authorized_operations=cluster_authorized_operations(
+            broker, ctx, getattr(request, "include_cluster_authorized_operations", False)
         ),
+    )
+
+
+def _may_create(broker, ctx: RequestContext, name: str) -> bool:
+    return authorize_cluster(broker, ctx, AclOperation.CREATE) or broker.authorize(
+        ctx, AclOperation.CREATE, ResourceType.TOPIC, name
     )
 
 

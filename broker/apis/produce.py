@@ -1,4 +1,7 @@
-"""Produce: validate each partition's batch, append it as received, answer per acks."""
+"""Produce: validate each partition's batch, append it as received, answer per acks.
+
+A producer needs WRITE on each topic, and for transactional batches WRITE on its transactional
+id too (KIP-98: so no producer can hold the last stable offset back without being allowed)."""
 
 from __future__ import annotations
 
@@ -9,15 +12,20 @@ from datetime import UTC, datetime
 
 from kio.schema.errors import ErrorCode
 
+from broker.apis.auth_helper import filter_authorized
 from broker.apis.base import NO_THROTTLE, RequestContext
 from broker.records.batch import (
+    ATTRIBUTES_OFFSET,
+    MAGIC_OFFSET,
     MAGIC_V2,
+    TRANSACTIONAL_MASK,
     BatchHeader,
     InvalidRecordError,
     decode_batch,
     validate_produce_batch,
 )
 from broker.records.legacy import LegacyAppend, to_legacy
+from broker.security.operations import AclOperation, ResourceType
 from broker.storage.producer_state import ProducerStateError
 
 CLOSE_CONNECTION = object()  # acks=0 has no response: an error closes the connection instead
@@ -39,12 +47,26 @@ def handle_produce(broker, ctx: RequestContext, request) -> object:
     now_ms = int(time.time() * 1000)
     any_error = False
     to_flush: list = []  # logs whose flush.messages was reached by this request
+    if _has_transactional_records(request) and not (
+        request.transactional_id is not None
+        and broker.authorize(
+            ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
+        )
+    ):
+        writable: set[str] = set()
+        refusal = PartitionResult(ErrorCode.transactional_id_authorization_failed)
+    else:
+        names = (t.name for t in request.topic_data)
+        writable = filter_authorized(broker, ctx, AclOperation.WRITE, ResourceType.TOPIC, names)
+        refusal = PartitionResult(ErrorCode.topic_authorization_failed)
     topics = []
     for topic_data in request.topic_data:
         name = topic_data.name
         partitions = []
         for pd in topic_data.partition_data:
-            if acks not in (-1, 0, 1):
+            if name not in writable:
+                result = refusal
+            elif acks not in (-1, 0, 1):
                 result = PartitionResult(ErrorCode.invalid_required_acks)
             else:
                 result = _append(broker, name, pd.index, pd.records, acks, now_ms, to_flush)
@@ -62,6 +84,22 @@ def handle_produce(broker, ctx: RequestContext, request) -> object:
     if to_flush:
         return _flushed(broker, to_flush, response)
     return response
+
+
+def _has_transactional_records(request) -> bool:
+    """As Kafka, by the first batch of each partition (a request mixing others is refused
+    later, by the producer-state checks)."""
+    for topic_data in request.topic_data:
+        for pd in topic_data.partition_data:
+            records = pd.records
+            if (
+                records is not None
+                and len(records) > ATTRIBUTES_OFFSET + 1
+                and records[MAGIC_OFFSET] == MAGIC_V2
+                and records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_MASK
+            ):
+                return True
+    return False
 
 
 async def flush_logs(broker, logs: list) -> None:

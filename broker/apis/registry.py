@@ -7,11 +7,14 @@ The group and transaction APIs are declared beside their handlers, each module's
 from __future__ import annotations
 
 from broker.apis import (
+    acls,
     classic_groups,
     consumer_groups,
     group_offsets,
     legacy_fetch,
     legacy_produce,
+    sasl,
+    scram_credentials,
     transactions,
 )
 from broker.apis.api_versions import handle_api_versions
@@ -80,6 +83,9 @@ API_SPECS: dict[int, ApiSpec] = {
         *classic_groups.SPECS,
         *consumer_groups.SPECS,
         *transactions.SPECS,
+        *acls.SPECS,
+        *sasl.SPECS,
+        *scram_credentials.SPECS,
     ]
 }
 

@@ -1,14 +1,20 @@
 """CreateTopics, DeleteTopics, CreatePartitions. Validation as Kafka does it; the broker object
-owns the state changes (store, image, logs)."""
+owns the state changes (store, image, logs). Creating needs CREATE on the cluster or the topic
+(and DESCRIBE_CONFIGS on it to see its configs in the answer), deleting DELETE, adding
+partitions ALTER on the topic."""
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from broker.apis.auth_helper import authorize_cluster, filter_authorized
 from broker.apis.base import NO_THROTTLE, KafkaError, RequestContext
 from broker.apis.configs import describe_topic_entries
 from broker.config import ConfigError, validate_topic_configs
 from broker.metadata.image import topic_name_problem
+from broker.security.operations import AclOperation, ResourceType
+
+AUTHORIZATION_FAILED = "Authorization failed."
 
 
 async def handle_create_topics(broker, ctx: RequestContext, request) -> object:
@@ -16,6 +22,13 @@ async def handle_create_topics(broker, ctx: RequestContext, request) -> object:
     seen: dict[str, int] = {}
     for t in request.topics:
         seen[t.name] = seen.get(t.name, 0) + 1
+    if authorize_cluster(broker, ctx, AclOperation.CREATE):
+        creatable = set(seen)
+    else:
+        creatable = filter_authorized(broker, ctx, AclOperation.CREATE, ResourceType.TOPIC, seen)
+    describable = filter_authorized(
+        broker, ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, seen
+    )
     for t in request.topics:
         try:
             if seen[t.name] > 1:
@@ -23,6 +36,8 @@ async def handle_create_topics(broker, ctx: RequestContext, request) -> object:
                     ErrorCode.invalid_request,
                     f"Create topics request from client contains a duplicate topic {t.name}",
                 )
+            if t.name not in creatable:
+                raise KafkaError(ErrorCode.topic_authorization_failed, AUTHORIZATION_FAILED)
             partitions, configs = _validate_creation(broker, t)
             if request.validate_only:
                 topic = None
@@ -50,7 +65,9 @@ async def handle_create_topics(broker, ctx: RequestContext, request) -> object:
                 topic_id=topic.topic_id if topic else None,
                 error_code=ErrorCode.none,
                 error_message=None,
-                topic_config_error_code=0,
+                topic_config_error_code=ErrorCode.none
+                if t.name in describable
+                else ErrorCode.topic_authorization_failed,
                 num_partitions=partitions,
                 replication_factor=1,
                 configs=tuple(
@@ -64,7 +81,7 @@ async def handle_create_topics(broker, ctx: RequestContext, request) -> object:
                     )
                     for e in describe_topic_entries(broker, configs)
                 )
-                if ctx.has("CreatableTopicConfigs")
+                if ctx.has("CreatableTopicConfigs") and t.name in describable
                 else None,
             )
         )
@@ -157,6 +174,12 @@ async def handle_delete_topics(broker, ctx: RequestContext, request) -> object:
         code, message = ErrorCode.none, None
         if not broker.config["delete.topic.enable"]:
             code, message = ErrorCode.topic_deletion_disabled, "Topic deletion is disabled."
+        elif (topic is not None or name is not None) and not broker.authorize(
+            ctx, AclOperation.DELETE, ResourceType.TOPIC, topic.name if topic else name
+        ):
+            # By name, refused whether or not it exists; a topic id is not a secret.
+            code, message = ErrorCode.topic_authorization_failed, AUTHORIZATION_FAILED
+            topic = None
         elif topic is None:
             code = (
                 ErrorCode.unknown_topic_or_partition
@@ -179,10 +202,15 @@ async def handle_delete_topics(broker, ctx: RequestContext, request) -> object:
 
 async def handle_create_partitions(broker, ctx: RequestContext, request) -> object:
     results = []
+    alterable = filter_authorized(
+        broker, ctx, AclOperation.ALTER, ResourceType.TOPIC, (t.name for t in request.topics)
+    )
     for t in request.topics:
         code, message = ErrorCode.none, None
         topic = broker.image.topic(t.name)
         try:
+            if t.name not in alterable:
+                raise KafkaError(ErrorCode.topic_authorization_failed, AUTHORIZATION_FAILED)
             if topic is None:
                 raise KafkaError(
                     ErrorCode.unknown_topic_or_partition, f"The topic '{t.name}' does not exist."

@@ -1,6 +1,12 @@
 """The transaction APIs (KIP-98): AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit,
 WriteTxnMarkers; and the operators' views of KIP-664: ListTransactions, DescribeTransactions,
-DescribeProducers. InitProducerId lives in init_producer_id.py."""
+DescribeProducers. InitProducerId lives in init_producer_id.py.
+
+Authorization as KIP-98 and Kafka's KafkaApis have it: whatever changes a transaction needs WRITE
+on its transactional id, AddPartitionsToTxn also WRITE on the topics, AddOffsetsToTxn and
+TxnOffsetCommit also READ on the group (TxnOffsetCommit READ on the topics too); WriteTxnMarkers
+is inter-broker, CLUSTER_ACTION on the cluster. The operators' views show only the
+transactional ids the principal may DESCRIBE, DescribeProducers needs READ on the topic."""
 
 from __future__ import annotations
 
@@ -9,8 +15,10 @@ from datetime import UTC, datetime, timedelta
 
 from kio.schema.errors import ErrorCode
 
+from broker.apis.auth_helper import authorize_cluster, filter_authorized
 from broker.apis.base import NO_THROTTLE, ApiSpec, RequestContext
 from broker.coordinator.transaction_records import TransactionState
+from broker.security.operations import AclOperation, ResourceType
 from broker.storage.producer_state import ProducerStateError
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -24,25 +32,34 @@ def _fenced(error: ErrorCode, ctx: RequestContext, first_version: int) -> ErrorC
     return error
 
 
+def _may_write(broker, ctx: RequestContext, transactional_id: str) -> bool:
+    return broker.authorize(
+        ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
+    )
+
+
 # -- AddPartitionsToTxn ------------------------------------------------------------------------
 
 
 async def handle_add_partitions_to_txn(broker, ctx: RequestContext, request) -> object:
     topics = [(t.name, tuple(t.partitions)) for t in request.v3_and_below_topics]
-    unknown = {
-        (name, p)
-        for name, partitions in topics
-        for p in partitions
-        if broker.replica_manager.log(name, p) is None
-    }
-    if unknown:
-        # Nothing is added when any partition is unknown; the others are "not attempted".
+    writable = filter_authorized(
+        broker, ctx, AclOperation.WRITE, ResourceType.TOPIC, (name for name, _ in topics)
+    )
+    refused = {}
+    for name, partitions in topics:
+        for p in partitions:
+            if name not in writable:
+                refused[(name, p)] = ErrorCode.topic_authorization_failed
+            elif broker.replica_manager.log(name, p) is None:
+                refused[(name, p)] = ErrorCode.unknown_topic_or_partition
+    if not _may_write(broker, ctx, request.v3_and_below_transactional_id):
+        error = ErrorCode.transactional_id_authorization_failed
+        errors = {(name, p): error for name, partitions in topics for p in partitions}
+    elif refused:
+        # Nothing is added when any partition is refused; the others are "not attempted".
         errors = {
-            (name, p): (
-                ErrorCode.unknown_topic_or_partition
-                if (name, p) in unknown
-                else ErrorCode.operation_not_attempted
-            )
+            (name, p): refused.get((name, p), ErrorCode.operation_not_attempted)
             for name, partitions in topics
             for p in partitions
         }
@@ -84,7 +101,11 @@ async def handle_add_partitions_to_txn(broker, ctx: RequestContext, request) -> 
 
 
 async def handle_add_offsets_to_txn(broker, ctx: RequestContext, request) -> object:
-    if not request.group_id:
+    if not _may_write(broker, ctx, request.transactional_id):
+        error = ErrorCode.transactional_id_authorization_failed
+    elif not broker.authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        error = ErrorCode.group_authorization_failed
+    elif not request.group_id:
         error = ErrorCode.invalid_group_id
     else:
         await broker.coordinator_runtime.ensure_offsets_topic()
@@ -108,6 +129,12 @@ async def handle_add_offsets_to_txn(broker, ctx: RequestContext, request) -> obj
 
 
 async def handle_end_txn(broker, ctx: RequestContext, request) -> object:
+    if not _may_write(broker, ctx, request.transactional_id):
+        return ctx.response(
+            "EndTxnResponse",
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.transactional_id_authorization_failed,
+        )
     coordinator = broker.transaction_coordinator
     error = await broker.transaction_runtime.run(
         lambda now_ms: coordinator.end_transaction(
@@ -136,6 +163,42 @@ async def handle_txn_offset_commit(broker, ctx: RequestContext, request) -> obje
         for t in request.topics
         for p in t.partitions
     }
+    if not _may_write(broker, ctx, request.transactional_id):
+        errors = dict.fromkeys(offsets, ErrorCode.transactional_id_authorization_failed)
+    elif not broker.authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        errors = dict.fromkeys(offsets, ErrorCode.group_authorization_failed)
+    else:
+        readable = filter_authorized(
+            broker, ctx, AclOperation.READ, ResourceType.TOPIC, (t for t, _ in offsets)
+        )
+        errors = {
+            tp: ErrorCode.topic_authorization_failed
+            if tp[0] not in readable
+            else ErrorCode.unknown_topic_or_partition
+            for tp in offsets
+            if tp[0] not in readable or broker.replica_manager.log(*tp) is None
+        }
+        accepted = {tp: offset for tp, offset in offsets.items() if tp not in errors}
+        if accepted:
+            errors.update(await _txn_offset_commit(broker, ctx, request, accepted))
+    by_topic: dict[str, list] = {}
+    for (topic, partition), code in errors.items():
+        by_topic.setdefault(topic, []).append(
+            ctx.response(
+                "TxnOffsetCommitResponsePartition", partition_index=partition, error_code=code
+            )
+        )
+    return ctx.response(
+        "TxnOffsetCommitResponse",
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            ctx.response("TxnOffsetCommitResponseTopic", name=name, partitions=tuple(parts))
+            for name, parts in by_topic.items()
+        ),
+    )
+
+
+async def _txn_offset_commit(broker, ctx: RequestContext, request, offsets) -> dict:
     error = ErrorCode.none
     if not request.group_id:
         error = ErrorCode.invalid_group_id
@@ -153,21 +216,7 @@ async def handle_txn_offset_commit(broker, ctx: RequestContext, request) -> obje
             error = ErrorCode.producer_fenced
     if error is not ErrorCode.none:
         errors = dict.fromkeys(offsets, _fenced(error, ctx, 3))
-    by_topic: dict[str, list] = {}
-    for (topic, partition), code in errors.items():
-        by_topic.setdefault(topic, []).append(
-            ctx.response(
-                "TxnOffsetCommitResponsePartition", partition_index=partition, error_code=code
-            )
-        )
-    return ctx.response(
-        "TxnOffsetCommitResponse",
-        throttle_time=NO_THROTTLE,
-        topics=tuple(
-            ctx.response("TxnOffsetCommitResponseTopic", name=name, partitions=tuple(parts))
-            for name, parts in by_topic.items()
-        ),
-    )
+    return errors
 
 
 def _commit_pending_offsets(broker, request, offsets):
@@ -197,21 +246,25 @@ def handle_write_txn_markers(broker, ctx: RequestContext, request) -> object:
     """Markers written on request: what a coordinator sends to partition leaders, and what an
     operator sends to abort a hanging transaction (kafka-transactions.sh abort, KIP-664)."""
     now_ms = int(time.time() * 1000)
+    may_write_markers = authorize_cluster(broker, ctx, AclOperation.CLUSTER_ACTION)
     results = []
     for marker in request.markers:
         topics = []
         for topic in marker.topics:
             partitions = []
             for p in topic.partition_indexes:
-                error = broker.transaction_runtime.write_marker(
-                    topic.name,
-                    p,
-                    marker.producer_id,
-                    marker.producer_epoch,
-                    marker.transaction_result,
-                    marker.coordinator_epoch,
-                    now_ms,
-                )
+                if not may_write_markers:
+                    error = ErrorCode.cluster_authorization_failed
+                else:
+                    error = broker.transaction_runtime.write_marker(
+                        topic.name,
+                        p,
+                        marker.producer_id,
+                        marker.producer_epoch,
+                        marker.transaction_result,
+                        marker.coordinator_epoch,
+                        now_ms,
+                    )
                 partitions.append(
                     ctx.response(
                         "WritableTxnMarkerPartitionResult", partition_index=p, error_code=error
@@ -250,6 +303,10 @@ def handle_list_transactions(broker, ctx: RequestContext, request) -> object:
     for meta in broker.transaction_coordinator.transactions.values():
         if wanted and meta.state not in states:
             continue
+        if not broker.authorize(
+            ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, meta.transactional_id
+        ):
+            continue
         if producer_ids and meta.producer_id not in producer_ids:
             continue
         if min_duration_ms >= 0 and (
@@ -278,11 +335,17 @@ def handle_describe_transactions(broker, ctx: RequestContext, request) -> object
     states = []
     for txn_id in request.transactional_ids:
         meta = transactions.get(txn_id)
-        if meta is None:
+        if not broker.authorize(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id):
+            error = ErrorCode.transactional_id_authorization_failed
+        elif meta is None:
+            error = ErrorCode.transactional_id_not_found
+        else:
+            error = ErrorCode.none
+        if error is not ErrorCode.none:
             states.append(
                 ctx.response(
                     "TransactionState",
-                    error_code=ErrorCode.transactional_id_not_found,
+                    error_code=error,
                     transactional_id=txn_id,
                     transaction_state="",
                     transaction_timeout=timedelta(0),
@@ -293,9 +356,14 @@ def handle_describe_transactions(broker, ctx: RequestContext, request) -> object
                 )
             )
             continue
+        # Partitions of topics the principal may not DESCRIBE are left out.
+        describable = filter_authorized(
+            broker, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t for t, _ in meta.partitions)
+        )
         by_topic: dict[str, list[int]] = {}
         for topic, partition in sorted(meta.partitions):
-            by_topic.setdefault(topic, []).append(partition)
+            if topic in describable:
+                by_topic.setdefault(topic, []).append(partition)
         states.append(
             ctx.response(
                 "TransactionState",
@@ -324,10 +392,16 @@ def handle_describe_transactions(broker, ctx: RequestContext, request) -> object
 def handle_describe_producers(broker, ctx: RequestContext, request) -> object:
     rm = broker.replica_manager
     topics = []
+    readable = filter_authorized(
+        broker, ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in request.topics)
+    )
     for topic in request.topics:
         partitions = []
         for p in topic.partition_indexes:
-            log_, code = rm.lookup(topic.name, p)
+            if topic.name in readable:
+                log_, code = rm.lookup(topic.name, p)
+            else:
+                log_, code = None, ErrorCode.topic_authorization_failed
             producers = () if log_ is None else log_.producers()
             partitions.append(
                 ctx.response(

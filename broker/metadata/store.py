@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Protocol
 
 from broker.metadata.image import MetadataImage, TopicMetadata
+from broker.security.acl import AccessControlEntry, AclBinding, ResourcePattern
+from broker.security.operations import AclOperation, AclPermissionType, PatternType, ResourceType
+from broker.security.scram import ScramCredential
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS cluster (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -23,6 +26,27 @@ CREATE TABLE IF NOT EXISTS topics (
 );
 CREATE TABLE IF NOT EXISTS broker_configs (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS group_configs (group_id TEXT PRIMARY KEY, configs TEXT NOT NULL);
+-- SCRAM credentials as Kafka's UserScramCredentialRecord keeps them: never the password.
+CREATE TABLE IF NOT EXISTS scram_credentials (
+    user TEXT NOT NULL,
+    mechanism TEXT NOT NULL,
+    salt BLOB NOT NULL,
+    stored_key BLOB NOT NULL,
+    server_key BLOB NOT NULL,
+    iterations INTEGER NOT NULL,
+    PRIMARY KEY (user, mechanism)
+);
+CREATE TABLE IF NOT EXISTS acls (
+    resource_type INTEGER NOT NULL,
+    resource_name TEXT NOT NULL,
+    pattern_type INTEGER NOT NULL,
+    principal TEXT NOT NULL,
+    host TEXT NOT NULL,
+    operation INTEGER NOT NULL,
+    permission_type INTEGER NOT NULL,
+    PRIMARY KEY (resource_type, resource_name, pattern_type, principal, host, operation,
+                 permission_type)
+);
 """
 
 
@@ -37,6 +61,15 @@ class MetadataStore(Protocol):
     def group_configs(self) -> dict[str, dict[str, str]]: ...
     def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None: ...
     def allocate_producer_ids(self, count: int) -> int: ...
+    def scram_credentials(self) -> dict[tuple[str, str], ScramCredential]: ...
+    def alter_scram_credentials(
+        self,
+        upsertions: dict[tuple[str, str], ScramCredential],
+        deletions: list[tuple[str, str]],
+    ) -> None: ...
+    def acls(self) -> list[AclBinding]: ...
+    def add_acls(self, bindings: list[AclBinding]) -> None: ...
+    def remove_acls(self, bindings: list[AclBinding]) -> None: ...
     def close(self) -> None: ...
 
 
@@ -120,6 +153,23 @@ class SqliteMetadataStore:
         else:
             self._write("DELETE FROM group_configs WHERE group_id = ?", (group_id,))
 
+    def acls(self) -> list[AclBinding]:
+        with self._lock:
+            rows = self._db.execute(f"SELECT {_ACL_COLUMNS} FROM acls").fetchall()
+        return [_acl_binding(*row) for row in rows]
+
+    def add_acls(self, bindings: list[AclBinding]) -> None:
+        self._acl_rows("INSERT OR IGNORE INTO acls({c}) VALUES (?, ?, ?, ?, ?, ?, ?)", bindings)
+
+    def remove_acls(self, bindings: list[AclBinding]) -> None:
+        where = " AND ".join(f"{c} = ?" for c in _ACL_COLUMNS.split(", "))
+        self._acl_rows(f"DELETE FROM acls WHERE {where}", bindings)
+
+    def _acl_rows(self, sql: str, bindings: list[AclBinding]) -> None:
+        with self._lock, self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany(sql.format(c=_ACL_COLUMNS), [_acl_row(b) for b in bindings])
+
     def allocate_producer_ids(self, count: int) -> int:
         """Reserve the next `count` producer ids and return the first. Durable before it
         returns, so a restarted broker never hands out an id twice."""
@@ -136,9 +186,69 @@ class SqliteMetadataStore:
             )
             return first
 
+    def scram_credentials(self) -> dict[tuple[str, str], ScramCredential]:
+        """Credentials by (user, mechanism name)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT user, mechanism, salt, stored_key, server_key, iterations "
+                "FROM scram_credentials"
+            )
+            return {
+                (user, mechanism): ScramCredential(salt, stored_key, server_key, iterations)
+                for user, mechanism, salt, stored_key, server_key, iterations in rows
+            }
+
+    def alter_scram_credentials(
+        self,
+        upsertions: dict[tuple[str, str], ScramCredential],
+        deletions: list[tuple[str, str]],
+    ) -> None:
+        """One AlterUserScramCredentials request's changes, all or none."""
+        with self._lock, self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany(
+                "DELETE FROM scram_credentials WHERE user = ? AND mechanism = ?", deletions
+            )
+            self._db.executemany(
+                "INSERT INTO scram_credentials"
+                "(user, mechanism, salt, stored_key, server_key, iterations) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(user, mechanism) DO UPDATE SET "
+                "salt = excluded.salt, stored_key = excluded.stored_key, "
+                "server_key = excluded.server_key, iterations = excluded.iterations",
+                [
+                    (user, mech, c.salt, c.stored_key, c.server_key, c.iterations)
+                    for (user, mech), c in upsertions.items()
+                ],
+            )
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+_ACL_COLUMNS = (
+    "resource_type, resource_name, pattern_type, principal, host, operation, permission_type"
+)
+
+
+def _acl_row(b: AclBinding) -> tuple:
+    p, e = b.pattern, b.entry
+    return (
+        int(p.resource_type),
+        p.name,
+        int(p.pattern_type),
+        e.principal,
+        e.host,
+        int(e.operation),
+        int(e.permission_type),
+    )
+
+
+def _acl_binding(resource_type, name, pattern_type, principal, host, operation, permission):
+    return AclBinding(
+        ResourcePattern(ResourceType(resource_type), name, PatternType(pattern_type)),
+        AccessControlEntry(principal, host, AclOperation(operation), AclPermissionType(permission)),
+    )
 
 
 def _new_cluster_id() -> str:

@@ -17,7 +17,7 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
-from broker.protocol import legacy
+from broker.protocol import frame_bounds, legacy
 
 _KEY_VERSION = struct.Struct(">hh")
 _INT32 = struct.Struct(">i")
@@ -74,6 +74,9 @@ def decode_request(frame: bytes, api_key: int, api_version: int) -> RequestFrame
     schema = request_schema(api_key, api_version)
     header_schema = schema.__header_schema__
     try:
+        # Lengths first: kio allocates what they declare, and aborts when it cannot.
+        body_start = frame_bounds.check_request_header(frame, header_schema.__flexible__)
+        frame_bounds.check(schema, frame, body_start)
         # kio's readers return (entity, bytes consumed). Bytes after the body are ignored, as
         # Kafka's parser does: librdkafka's Metadata v12 carries three of them.
         header, header_size = _reader(header_schema)(frame, 0)

@@ -7,10 +7,16 @@ header, that the socket fills directly — a produced megabyte is never copied o
 
 from __future__ import annotations
 
+import mmap
 import struct
 
 _SIZE = struct.Struct(">i")
 CHUNK = 64 * 1024
+# A frame larger than this is read into anonymous memory that the kernel commits page by page
+# as the bytes arrive (a bytearray is zeroed, so committed, at once): a client announcing a
+# frame near socket.request.max.bytes and sending nothing costs address space, not memory.
+# Produce requests of common clients (1 MB batches) stay below it, on the bytearray path.
+LAZY_FRAME = 8 * 1024 * 1024
 
 
 class FrameTooLarge(Exception):
@@ -31,7 +37,7 @@ class FrameDecoder:
         self._chunk = bytearray(CHUNK)
         self._start = 0  # first unconsumed byte in _chunk
         self._end = 0  # end of the bytes read into _chunk
-        self._frame: bytearray | None = None  # a large frame being filled in place
+        self._frame: bytearray | mmap.mmap | None = None  # a large frame being filled in place
         self._filled = 0
 
     def get_buffer(self) -> memoryview:
@@ -67,7 +73,7 @@ class FrameDecoder:
                 pos += 4 + size
             elif size > len(chunk) - 4:
                 # Too big for the chunk: move what has arrived into the frame's own buffer.
-                self._frame = bytearray(size)
+                self._frame = mmap.mmap(-1, size) if size > LAZY_FRAME else bytearray(size)
                 self._frame[:available] = chunk[pos + 4 : end]
                 self._filled = available
                 pos = end

@@ -1,5 +1,6 @@
-"""Kafka's ACL operations and which of them apply to each resource type (AclOperation,
-ResourceType): the vocabulary of authorized-operations bitfields and, later, of ACLs."""
+"""Kafka's ACL vocabulary (AclOperation, ResourceType, PatternType, AclPermissionType, with
+their wire codes) and which operations apply to each resource type: the terms of ACLs and of
+authorized-operations bitfields."""
 
 from __future__ import annotations
 
@@ -33,6 +34,29 @@ class ResourceType(IntEnum):
     TRANSACTIONAL_ID = 5
     DELEGATION_TOKEN = 6
     USER = 7
+
+
+class PatternType(IntEnum):
+    UNKNOWN = 0
+    ANY = 1  # filters only: any pattern type, name matched exactly
+    MATCH = 2  # filters only: every pattern that would apply to the named resource
+    LITERAL = 3
+    PREFIXED = 4
+
+
+class AclPermissionType(IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    DENY = 2
+    ALLOW = 3
+
+
+def from_code(enum: type[IntEnum], code: int) -> IntEnum:
+    """As Kafka's fromCode: a code this broker does not know is UNKNOWN, not an error."""
+    try:
+        return enum(code)
+    except ValueError:
+        return enum(0)
 
 
 _O = AclOperation

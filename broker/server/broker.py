@@ -26,7 +26,11 @@ from broker.coordinator.transaction_coordinator import (
 from broker.fetch_session import FetchSessionCache
 from broker.metadata.image import MetadataImage, TopicMetadata
 from broker.metadata.store import SqliteMetadataStore
+from broker.security.authorizer import StandardAuthorizer, parse_super_users
+from broker.security.listener import listener_security
+from broker.security.scram import ScramCredential, ScramMechanism
 from broker.server.connection import KafkaConnection
+from broker.server.connection_quotas import ConnectionQuotas
 from broker.server.coordinator_runtime import CoordinatorRuntime
 from broker.server.metrics import BrokerMetrics, serve_metrics
 from broker.server.replica_manager import ReplicaManager
@@ -66,10 +70,17 @@ class Broker:
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self.metrics.add_fetch_session_gauges(self.fetch_sessions)
         self.connections: set[KafkaConnection] = set()
+        self.connection_quotas = ConnectionQuotas(config)
+        # TLS contexts and SASL settings per listener: a bad one stops the broker here.
+        self.listener_security = {
+            name: listener_security(config, name) for name, _, _ in config.listeners()
+        }
+        self.scram_credentials: dict[tuple[str, str], ScramCredential] = {}
         self.bound: dict[str, tuple[str, int]] = {}
         self.metrics_address: tuple[str, int] | None = None
         self.dynamic_broker_configs: dict[str, str] = {}
         self.group_configs: dict[str, dict[str, str]] = {}
+        self.authorizer: StandardAuthorizer | None = None  # None: authorizer.class.name unset
         self._servers: list[asyncio.Server] = []
         self._background: list[asyncio.Task] = []
         self._blocking: set[asyncio.Future] = set()
@@ -92,6 +103,13 @@ class Broker:
         self.dynamic_broker_configs = await self._in_metadata_thread(self.store.broker_configs)
         self.config.set_dynamic(validate_dynamic_broker_configs(self.dynamic_broker_configs))
         self.group_configs = await self._in_metadata_thread(self.store.group_configs)
+        self.scram_credentials = await self._in_metadata_thread(self.store.scram_credentials)
+        if self.config["authorizer.class.name"]:
+            self.authorizer = StandardAuthorizer(
+                parse_super_users(self.config["super.users"]),
+                self.config["allow.everyone.if.no.acl.found"],
+                await self._in_metadata_thread(self.store.acls),
+            )
 
         self.log_manager = LogManager(self.config.log_dirs)
         self.replica_manager = ReplicaManager(
@@ -134,9 +152,10 @@ class Broker:
         loop = asyncio.get_running_loop()
         for name, host, port in self.config.listeners():
             server = await loop.create_server(
-                lambda name=name: KafkaConnection(self, name),
+                lambda name=name: KafkaConnection(self, name, self.listener_security[name]),
                 host or None,
                 port,
+                ssl=self.listener_security[name].ssl_context,
                 reuse_address=True,
                 backlog=1024,
             )
@@ -286,6 +305,66 @@ class Broker:
                 return ("127.0.0.1" if host in ("0.0.0.0", "::") else host, port or bound_port)
         host, port = self.bound[listener]
         return host or socket.getfqdn(), port
+
+    # -- authorization ------------------------------------------------------------------------
+
+    def authorize(self, ctx, operation, resource_type, name: str) -> bool:
+        """Whether ctx.principal from ctx.client_host may perform `operation` (AclOperation)
+        on the resource (ResourceType, name); everything is allowed without an authorizer."""
+        if self.authorizer is None:
+            return True
+        return self.authorizer.authorize(
+            ctx.principal, ctx.client_host, operation, resource_type, name
+        )
+
+    def authorize_by_resource_type(self, ctx, operation, resource_type) -> bool:
+        """Whether some resource of the type allows `operation` (Kafka's
+        authorizeByResourceType)."""
+        if self.authorizer is None:
+            return True
+        return self.authorizer.authorize_by_resource_type(
+            ctx.principal, ctx.client_host, operation, resource_type
+        )
+
+    @_completes_when_cancelled
+    async def create_acls(self, bindings: list) -> None:
+        """Store validated AclBindings, then apply them; existing ones are left as they are."""
+        async with self._metadata_lock:
+            await self._in_metadata_thread(self.store.add_acls, bindings)
+            self.authorizer.add(bindings)
+            self.fetch_sessions.all_partitions_changed()  # a DENY may end a session's access
+
+    @_completes_when_cancelled
+    async def delete_acls(self, filters: list) -> list[list]:
+        """Delete the bindings each AclBindingFilter matches; returns them filter by filter."""
+        async with self._metadata_lock:
+            matched = [self.authorizer.acls(f) for f in filters]
+            doomed = list({b for bindings in matched for b in bindings})
+            await self._in_metadata_thread(self.store.remove_acls, doomed)
+            self.authorizer.remove(doomed)
+            self.fetch_sessions.all_partitions_changed()
+            return matched
+
+    # -- SCRAM credentials ---------------------------------------------------------------------
+
+    def scram_credential(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
+        return self.scram_credentials.get((user, mechanism.mechanism_name))
+
+    @_completes_when_cancelled
+    async def alter_scram_credentials(
+        self,
+        upsertions: dict[tuple[str, str], ScramCredential],
+        deletions: list[tuple[str, str]],
+    ) -> None:
+        """Store, then apply, one AlterUserScramCredentials request's validated changes.
+        Connections already authenticated stay so, as in Kafka."""
+        async with self._metadata_lock:
+            await self._in_metadata_thread(
+                self.store.alter_scram_credentials, upsertions, deletions
+            )
+            for key in deletions:
+                self.scram_credentials.pop(key, None)
+            self.scram_credentials.update(upsertions)
 
     # -- state changes (serialized; durable in the store before they become visible) ---------
 

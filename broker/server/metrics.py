@@ -61,6 +61,18 @@ class BrokerMetrics:
         self.connections = Gauge(
             "fjord_connections", "Open client connections, by listener.", ["listener"], registry=r
         )
+        self.connections_refused = Counter(
+            "fjord_connections_refused",
+            "Connections closed right after accept, by listener and the limit they exceeded.",
+            ["listener", "reason"],
+            registry=r,
+        )
+        self.connections_idle_closed = Counter(
+            "fjord_connections_idle_closed",
+            "Connections closed after connections.max.idle.ms without a request, by listener.",
+            ["listener"],
+            registry=r,
+        )
 
     def add_partition_gauges(self, partitions: Callable[[], Iterable[tuple[str, int, object]]]):
         self.registry.register(_PartitionCollector(partitions))

@@ -7,7 +7,14 @@ import pytest
 from kafka_requests import ms, req
 from kio.schema.errors import ErrorCode
 
-from broker.apis import classic_groups, consumer_groups, transactions
+from broker.apis import (
+    acls,
+    classic_groups,
+    consumer_groups,
+    sasl,
+    scram_credentials,
+    transactions,
+)
 from broker.apis.registry import API_SPECS
 from broker.protocol import legacy
 from broker.records.batch import build_batch
@@ -307,9 +314,19 @@ EXPECTED_ERRORS = {
     42: ErrorCode.group_id_not_found,
 }
 # The group protocols' and the transactions' APIs have their own version sweeps beside their
-# other API tests (test_transactions_api.py for the latter).
+# other API tests (test_transactions_api.py for the latter), and so do the ACL APIs
+# (test_acls_api.py: they need an authorizer), and the SASL ones (test_sasl_api.py: they need a
+# SASL listener) and SCRAM credential ones (test_scram_credentials_api.py).
 SWEPT_ELSEWHERE = {
-    s.key for s in (*classic_groups.SPECS, *consumer_groups.SPECS, *transactions.SPECS)
+    s.key
+    for s in (
+        *classic_groups.SPECS,
+        *consumer_groups.SPECS,
+        *transactions.SPECS,
+        *acls.SPECS,
+        *sasl.SPECS,
+        *scram_credentials.SPECS,
+    )
 }
 
 CASES = [

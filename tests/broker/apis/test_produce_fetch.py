@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import struct
 
-from kafka_requests import ms, req
+from kafka_requests import fetch_request, ms, req
 from kio.schema.errors import ErrorCode
 
 from broker.client.connection import BrokerConnection, ConnectionClosed
@@ -15,7 +15,9 @@ from broker.records.batch import build_batch, decode_batch, iter_batches
 PRODUCE_V, FETCH_V = 11, 16
 
 
-def produce_request(topic: str, records: bytes | None, *, partition=0, acks=-1, v=PRODUCE_V):
+def produce_request(
+    topic: str, records: bytes | None, *, partition=0, acks=-1, v=PRODUCE_V, transactional_id=None
+):
     part = req(0, v, "PartitionProduceData", index=partition, records=records)
     return req(
         0,
@@ -23,44 +25,8 @@ def produce_request(topic: str, records: bytes | None, *, partition=0, acks=-1, 
         "ProduceRequest",
         acks=acks,
         timeout=ms(5000),
-        transactional_id=None,
+        transactional_id=transactional_id,
         topic_data=(req(0, v, "TopicProduceData", name=topic, partition_data=(part,)),),
-    )
-
-
-def fetch_request(
-    topic_id,
-    offset=0,
-    *,
-    min_bytes=0,
-    max_wait=0,
-    max_bytes=1 << 20,
-    partition_max_bytes=1 << 20,
-    partition=0,
-    v=FETCH_V,
-):
-    part = req(
-        1,
-        v,
-        "FetchPartition",
-        partition=partition,
-        fetch_offset=offset,
-        partition_max_bytes=partition_max_bytes,
-    )
-    topic = req(1, v, "FetchTopic", topic_id=topic_id, partitions=(part,))
-    return req(
-        1,
-        v,
-        "FetchRequest",
-        max_wait=ms(max_wait),
-        min_bytes=min_bytes,
-        max_bytes=max_bytes,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=(topic,),
-        forgotten_topics_data=(),
-        rack_id="",
     )
 
 

@@ -40,7 +40,8 @@ class Producer:
             base_sequence=self.seq,
             transactional=transactional,
         )
-        response = await self.client.send(produce_request(TOPIC, data))
+        txn = "any" if transactional else None  # which id does not matter without an authorizer
+        response = await self.client.send(produce_request(TOPIC, data, transactional_id=txn))
         part = response.responses[0].partition_responses[0]
         assert part.error_code == ErrorCode.none
         self.seq += len(values)
