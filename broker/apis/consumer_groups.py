@@ -3,7 +3,10 @@
 Both versions of each are served, as by Kafka 4.x: ConsumerGroupHeartbeat v1 adds the
 server-side regex subscription and makes the client generate its member id; ConsumerGroupDescribe
 v1 adds the member type. A heartbeat needs READ on the group and DESCRIBE on the topics it
-names; a description needs DESCRIBE on the group and on every topic its members hold.
+names; a regex it brings is resolved by the coordinator to the topics the member's principal
+may DESCRIBE (Kafka's KAFKA-18813: the heartbeat carries the member's authorization, the
+others are left out, not refused). A description needs DESCRIBE on the group and on every
+topic its members hold.
 """
 
 from __future__ import annotations
@@ -63,6 +66,9 @@ async def handle_consumer_group_heartbeat(broker, ctx: RequestContext, request) 
             client_id=ctx.client_id or "",
             client_host=f"/{ctx.client_host}",  # Kafka shows InetAddress.toString()
             api_version=ctx.api_version,
+            describable=lambda names: filter_authorized(
+                broker, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names
+            ),
         ),
     )
     if response.error_code != ErrorCode.none:

@@ -9,6 +9,18 @@ A heartbeat does three things, each only when needed:
    assignor to compute a new target assignment;
 3. reconcile this member's current assignment towards its target (reconciliation.py).
 
+Regex subscriptions are resolved as Kafka 4.x resolves them (GroupMetadataManager's
+maybeUpdateRegularExpressions and TopicRegexResolver, KIP-848 with KAFKA-18813 and
+KAFKA-18961): per group, all its regexes at once, during the heartbeat of a member, and only
+to the topics *that member's principal* may DESCRIBE. The result is state (a
+ConsumerGroupRegularExpression record per regex), so a topic enters a subscription only
+through a resolution that authorized it. A heartbeat resolves again when a member brings a
+regex nobody had, when topics were created since the last resolution, or when the last one is
+older than `regex_refresh_interval_ms` (Kafka's group.consumer.regex.refresh.interval.ms, ten
+minutes): that is how ACL changes reach regex subscriptions, in Kafka as here. Resolutions of
+a group are at least REGEX_BATCH_REFRESH_MIN_INTERVAL_MS apart. The coordinator stays sans-io:
+the heartbeat brings the member's authorization as a function filtering topic names.
+
 Operations only read the state and return records; `replay` applies them. Session and
 rebalance timeouts are transient timers re-armed by `on_loaded` after a restart.
 """
@@ -19,7 +31,7 @@ import base64
 import re
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -45,6 +57,8 @@ from broker.coordinator.records import (
     ConsumerGroupMetadataValue,
     ConsumerGroupPartitionMetadataKey,
     ConsumerGroupPartitionMetadataValue,
+    ConsumerGroupRegularExpressionKey,
+    ConsumerGroupRegularExpressionValue,
     ConsumerGroupTargetAssignmentMemberKey,
     ConsumerGroupTargetAssignmentMemberValue,
     ConsumerGroupTargetAssignmentMetadataKey,
@@ -64,6 +78,14 @@ LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
 CLIENT_GENERATED_MEMBER_ID_VERSION = 1
 SESSION_TIMEOUT_CONFIG = "consumer.session.timeout.ms"
 HEARTBEAT_INTERVAL_CONFIG = "consumer.heartbeat.interval.ms"
+# Kafka's bounds on regex resolution: never twice within 10 s in a group, and again at the
+# next heartbeat once the last one is older than group.consumer.regex.refresh.interval.ms.
+REGEX_BATCH_REFRESH_MIN_INTERVAL_MS = 10_000
+REGEX_REFRESH_INTERVAL_MS = 10 * 60 * 1000
+
+# Of the topic names given, those the heartbeating member may DESCRIBE (its principal and
+# host against the ACLs; all of them without an authorizer).
+TopicFilter = Callable[[set[str]], set[str]]
 
 
 class GroupError(Exception):
@@ -144,6 +166,8 @@ class ConsumerGroup:
         self.static_members: dict[str, str] = {}  # instance id -> member id
         # (topic id, partition) -> epoch of the member owning it (assigned or revoking)
         self.partition_epochs: dict[tuple[uuid.UUID, int], int] = {}
+        # regex -> the topics it resolved to (authorized), when, and against which topics
+        self.resolved_regexes: dict[str, ConsumerGroupRegularExpressionValue] = {}
         self.dead = False
 
     # -- the interface every group type offers the coordinator ---------------------------------
@@ -200,6 +224,7 @@ class ConsumerGroup:
             *(Record(ConsumerGroupTargetAssignmentMemberKey(gid, m), None) for m in members),
             Record(ConsumerGroupTargetAssignmentMetadataKey(gid), None),
             *(Record(ConsumerGroupMemberMetadataKey(gid, m), None) for m in members),
+            *(_regex_tombstone(gid, regex) for regex in sorted(self.resolved_regexes)),
             Record(ConsumerGroupPartitionMetadataKey(gid), None),
             Record(ConsumerGroupMetadataKey(gid), None),
         ]
@@ -211,6 +236,10 @@ class ConsumerGroup:
         gid = self.group_id
         return [
             *(_member_metadata_record(gid, m) for m in self.members.values()),
+            *(
+                Record(ConsumerGroupRegularExpressionKey(gid, regex), value)
+                for regex, value in sorted(self.resolved_regexes.items())
+            ),
             _subscription_record(gid, self.subscription_metadata),
             _group_epoch_record(gid, self.group_epoch),
             *(
@@ -227,16 +256,36 @@ class ConsumerGroup:
             ),
         ]
 
-    def member_topics(self, member: ConsumerGroupMember) -> set[str]:
-        """The topic names a member subscribes to: by name, or matching its regex."""
+    def member_topics(
+        self,
+        member: ConsumerGroupMember,
+        resolved: Mapping[str, ConsumerGroupRegularExpressionValue] | None = None,
+    ) -> set[str]:
+        """The topic names a member subscribes to: by name, or those its regex resolved to
+        (`resolved`, or the group's resolutions) that still exist. A regex not resolved yet
+        brings no topic."""
         topics = set(member.metadata.subscribed_topic_names)
         regex = member.metadata.subscribed_topic_regex
         if regex:
-            pattern = compile_regex(regex)
-            topics.update(
-                t.name for t in self.image.topics() if not t.internal and pattern.fullmatch(t.name)
-            )
+            value = (self.resolved_regexes if resolved is None else resolved).get(regex)
+            if value is not None:
+                topics.update(t for t in value.topics if self.image.topic(t) is not None)
         return topics
+
+    def subscribed_regexes(self) -> Counter[str]:
+        """How many members subscribe to each regex."""
+        return Counter(
+            m.metadata.subscribed_topic_regex
+            for m in self.members.values()
+            if m.metadata.subscribed_topic_regex
+        )
+
+    def last_regex_refresh_ms(self) -> int | None:
+        """When the group's regexes were last resolved (None: never, or none is left)."""
+        return max((v.timestamp for v in self.resolved_regexes.values()), default=None)
+
+    def last_regex_version(self) -> int:
+        return max((v.version for v in self.resolved_regexes.values()), default=-1)
 
     def static_member(self, instance_id: str) -> ConsumerGroupMember | None:
         member_id = self.static_members.get(instance_id)
@@ -316,6 +365,11 @@ class ConsumerGroupManager:
         self.group_configs = group_configs
         # Set by the coordinator: converts groups between the two protocols (migration.py).
         self.migration: OnlineMigration | None = None
+        self.regex_refresh_interval_ms = REGEX_REFRESH_INTERVAL_MS
+        # Kafka's lastMetadataImageWithNewTopics: grows whenever topics are created; a
+        # resolution made before (its record's version is smaller) must be redone.
+        self.topics_version = 0
+        self._known_topic_ids = {t.topic_id for t in image.topics()}
 
     # -- group configs -------------------------------------------------------------------------
 
@@ -343,12 +397,15 @@ class ConsumerGroupManager:
         client_id: str,
         client_host: str,
         api_version: int,
+        describable: TopicFilter | None = None,
     ) -> Result[HeartbeatResponse]:
+        """`describable` filters topic names down to those the member may DESCRIBE: regexes
+        resolved during this heartbeat keep only those. Without it nothing is resolved."""
         try:
             self._validate(request, api_version)
             if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
                 return self._leave(request, now_ms)
-            return self._heartbeat(request, now_ms, client_id, client_host)
+            return self._heartbeat(request, now_ms, client_id, client_host, describable)
         except GroupError as e:
             return Result([], HeartbeatResponse(error_code=e.code, error_message=e.message))
 
@@ -393,7 +450,12 @@ class ConsumerGroupManager:
             )
 
     def _heartbeat(
-        self, request: HeartbeatRequest, now_ms: int, client_id: str, client_host: str
+        self,
+        request: HeartbeatRequest,
+        now_ms: int,
+        client_id: str,
+        client_host: str,
+        describable: TopicFilter | None,
     ) -> Result[HeartbeatResponse]:
         records: list[Record] = []
         joining = request.member_epoch == 0
@@ -405,7 +467,7 @@ class ConsumerGroupManager:
             member, metadata=_updated_metadata(member.metadata, request, client_id, client_host)
         )
         current = self.reconcile_member(
-            group, member, updated, replaced, request.owned_partitions, records, now_ms
+            group, member, updated, replaced, request.owned_partitions, records, now_ms, describable
         )
         self.arm_session_timeout(
             group.group_id, member_id, self.session_timeout_ms(group.group_id), now_ms
@@ -449,9 +511,11 @@ class ConsumerGroupManager:
         owned: Assignment | None,
         records: list[Record],
         now_ms: int,
+        describable: TopicFilter | None = None,
     ) -> CurrentAssignment:
         """The heart of a heartbeat, shared by the consumer protocol and by classic members of
-        a consumer group (their JoinGroup): record the member's new metadata, bump the group
+        a consumer group (their JoinGroup): record the member's new metadata, resolve the
+        group's regexes if due (with `describable`, the member's authorization), bump the group
         epoch if its subscription changed, compute a new target assignment when the group epoch
         moved past it, and move the member's assignment towards its target. `replaced` is the
         id of the static member `updated` takes over; `owned` what the member reported."""
@@ -467,11 +531,15 @@ class ConsumerGroupManager:
                 member.metadata.subscribed_topic_names,
                 member.metadata.subscribed_topic_regex,
             )
+        resolved, resolution_changed = self._update_regexes(
+            group, member, updated, describable, records, now_ms
+        )
+        bump |= resolution_changed
         members = {m.member_id: m for m in group.members.values() if m.member_id != replaced}
         members[member_id] = updated
         group_epoch, subscription = group.group_epoch, group.subscription_metadata
         if bump:
-            subscription = self.subscription_metadata(group, members.values())
+            subscription = self.subscription_metadata(group, members.values(), resolved)
             if subscription != group.subscription_metadata:
                 records.append(_subscription_record(group_id, subscription))
             group_epoch += 1
@@ -482,7 +550,9 @@ class ConsumerGroupManager:
         if replaced is not None:
             targets_before[member_id] = targets_before.pop(replaced, {})
         if group_epoch > group.assignment_epoch:
-            targets = self._target_assignment(group, members, targets_before, subscription)
+            targets = self._target_assignment(
+                group, members, targets_before, subscription, resolved
+            )
             records += _target_assignment_records(group_id, group_epoch, targets, targets_before)
             target_epoch, target = group_epoch, targets.get(member_id, {})
         else:
@@ -496,6 +566,79 @@ class ConsumerGroupManager:
                 group_id, member_id, current, metadata.rebalance_timeout_ms, now_ms
             )
         return current
+
+    def _update_regexes(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        updated: ConsumerGroupMember,
+        describable: TopicFilter | None,
+        records: list[Record],
+        now_ms: int,
+    ) -> tuple[dict[str, ConsumerGroupRegularExpressionValue], bool]:
+        """Kafka's maybeUpdateRegularExpressions: the group's regex resolutions once this
+        member's subscription changed (a regex nobody else holds is dropped, a new one is due
+        for resolution) and, when due, resolved again for this member's principal. Returns
+        them and whether topics changed for a regex (the group epoch must move)."""
+        group_id = group.group_id
+        old = member.metadata.subscribed_topic_regex or ""
+        new = updated.metadata.subscribed_topic_regex or ""
+        counts = group.subscribed_regexes()
+        resolved = dict(group.resolved_regexes)
+        require_refresh = changed = False
+        if old != new:
+            if old and counts[old] == 1:  # its last subscriber moves away
+                records.append(_regex_tombstone(group_id, old))
+                resolved.pop(old, None)
+            if new and counts[new] == 0:
+                require_refresh = True  # compile_regex validated it
+            changed = bool(old)  # the old regex's topics leave the subscription
+        if describable is None or (not require_refresh and not counts):
+            # None: whoever calls cannot authorize for the member, so it resolves nothing.
+            return resolved, changed
+        last = group.last_regex_refresh_ms()
+        if last is not None and now_ms <= last + REGEX_BATCH_REFRESH_MIN_INTERVAL_MS:
+            return resolved, changed
+        subscribed = counts.copy()
+        if old:
+            subscribed[old] -= 1
+        if new:
+            subscribed[new] += 1
+        regexes = {r for r, n in subscribed.items() if n > 0}
+        require_refresh |= bool(regexes - resolved.keys())  # unresolved ones
+        require_refresh |= group.last_regex_version() < self.topics_version  # new topics
+        require_refresh |= last is None or now_ms > last + self.regex_refresh_interval_ms
+        if not (require_refresh and regexes):
+            return resolved, changed
+        for regex, value in self.resolve_regexes(regexes, describable, now_ms).items():
+            before = resolved.get(regex)
+            changed |= before is None or before.topics != value.topics
+            resolved[regex] = value
+            records.append(Record(ConsumerGroupRegularExpressionKey(group_id, regex), value))
+        return resolved, changed
+
+    def resolve_regexes(
+        self, regexes: Iterable[str], describable: TopicFilter | None, now_ms: int
+    ) -> dict[str, ConsumerGroupRegularExpressionValue]:
+        """Kafka's TopicRegexResolver: the topics each regex matches in full, less those the
+        member may not DESCRIBE (each topic asked about once, whatever the regexes)."""
+        matched: dict[str, set[str]] = {regex: set() for regex in regexes}
+        patterns = [(regex, compile_regex(regex)) for regex in matched]
+        for topic in self.image.topics():
+            if topic.internal:
+                continue
+            for regex, pattern in patterns:
+                if pattern.fullmatch(topic.name):
+                    matched[regex].add(topic.name)
+        if describable is not None:
+            allowed = describable(set().union(*matched.values()))
+            matched = {regex: topics & allowed for regex, topics in matched.items()}
+        return {
+            regex: ConsumerGroupRegularExpressionValue(
+                tuple(sorted(topics)), self.topics_version, now_ms
+            )
+            for regex, topics in matched.items()
+        }
 
     def _group_for_heartbeat(
         self, group_id: str, create: bool, records: list[Record], now_ms: int
@@ -647,6 +790,12 @@ class ConsumerGroupManager:
             for r in _member_removal_records(group.group_id, member_id)
         ]
         others = [m for m in group.members.values() if m.member_id not in member_ids]
+        still_subscribed = {m.metadata.subscribed_topic_regex for m in others}
+        records += [
+            _regex_tombstone(group.group_id, regex)
+            for regex in sorted(group.resolved_regexes)
+            if regex not in still_subscribed
+        ]
         subscription = self.subscription_metadata(group, others)
         if subscription != group.subscription_metadata:
             records.append(_subscription_record(group.group_id, subscription))
@@ -660,12 +809,15 @@ class ConsumerGroupManager:
     # -- target assignment ---------------------------------------------------------------------
 
     def subscription_metadata(
-        self, group: ConsumerGroup, members: Iterable[ConsumerGroupMember]
+        self,
+        group: ConsumerGroup,
+        members: Iterable[ConsumerGroupMember],
+        resolved: Mapping[str, ConsumerGroupRegularExpressionValue] | None = None,
     ) -> dict[str, SubscribedTopic]:
         """The existing topics the members subscribe to, with their ids and partition counts:
         what the assignor sees. A change to it (topic created, deleted, recreated, grown, or
-        newly matching a regex) bumps the group epoch."""
-        names = set().union(*(group.member_topics(m) for m in members))
+        newly resolved for a regex) bumps the group epoch."""
+        names = set().union(*(group.member_topics(m, resolved) for m in members))
         subscription = {}
         for name in sorted(names):
             topic = self.image.topic(name)
@@ -681,12 +833,15 @@ class ConsumerGroupManager:
         members: Mapping[str, ConsumerGroupMember],
         targets_before: Mapping[str, Assignment],
         subscription: Mapping[str, SubscribedTopic],
+        resolved: Mapping[str, ConsumerGroupRegularExpressionValue],
     ) -> dict[str, Assignment]:
         assignor = ASSIGNORS[self.assignor_name(members.values())]
         specs = {
             member_id: MemberSpec(
                 subscribed_topic_ids=frozenset(
-                    subscription[t].topic_id for t in group.member_topics(m) if t in subscription
+                    subscription[t].topic_id
+                    for t in group.member_topics(m, resolved)
+                    if t in subscription
                 ),
                 current=targets_before.get(member_id, {}),
             )
@@ -710,9 +865,14 @@ class ConsumerGroupManager:
     # -- metadata changes, describe ------------------------------------------------------------
 
     def on_metadata_change(self, now_ms: int) -> list[Record]:
-        """Records for the groups whose subscribed topics changed (created, deleted, grown, or
-        matching a regex): their new subscription metadata and a group epoch bump, so the next
-        heartbeat computes a new target assignment."""
+        """Records for the groups whose subscribed topics changed (created, deleted, grown):
+        their new subscription metadata and a group epoch bump, so the next heartbeat computes
+        a new target assignment. A created topic joins regex subscriptions only when the
+        regexes are resolved again, at a member's heartbeat, for that member's principal."""
+        topic_ids = {t.topic_id for t in self.image.topics()}
+        if topic_ids - self._known_topic_ids:
+            self.topics_version = max(now_ms, self.topics_version + 1)
+        self._known_topic_ids = topic_ids
         records: list[Record] = []
         for group in sorted(self._consumer_groups(), key=lambda g: g.group_id):
             subscription = self.subscription_metadata(group, group.members.values())
@@ -768,6 +928,10 @@ class ConsumerGroupManager:
             case ConsumerGroupMemberMetadataKey():
                 member = group.members.get(member_id) or ConsumerGroupMember(member_id)
                 group.put_member(replace(member, metadata=value))
+            case ConsumerGroupRegularExpressionKey() if value is None:
+                group.resolved_regexes.pop(key.regular_expression, None)
+            case ConsumerGroupRegularExpressionKey():
+                group.resolved_regexes[key.regular_expression] = value
             case ConsumerGroupCurrentMemberAssignmentKey():
                 member = group.members.get(member_id)
                 if value is not None:
@@ -782,7 +946,14 @@ class ConsumerGroupManager:
 
     def on_loaded(self, now_ms: int) -> None:
         """After start-up replay: every member gets a fresh session (as Kafka does), and one
-        that was revoking a fresh rebalance timeout."""
+        that was revoking a fresh rebalance timeout. As Kafka's first metadata image does, the
+        topics count as new: regexes are resolved again at the next heartbeat."""
+        self._known_topic_ids = {t.topic_id for t in self.image.topics()}
+        self.topics_version = max(
+            now_ms,
+            self.topics_version + 1,
+            *(g.last_regex_version() + 1 for g in self._consumer_groups()),
+        )
         for group in self._consumer_groups():
             for member in group.members.values():
                 self.arm_session_timeout(
@@ -919,6 +1090,10 @@ def _subscription_record(group_id: str, subscription: Mapping[str, SubscribedTop
     return Record(
         ConsumerGroupPartitionMetadataKey(group_id), ConsumerGroupPartitionMetadataValue(topics)
     )
+
+
+def _regex_tombstone(group_id: str, regex: str) -> Record:
+    return Record(ConsumerGroupRegularExpressionKey(group_id, regex), None)
 
 
 def _group_epoch_record(group_id: str, epoch: int) -> Record:

@@ -9,6 +9,7 @@ from kio.schema.errors import ErrorCode
 from broker.apis.consumer_groups import SPECS
 from broker.client.connection import BrokerConnection
 from broker.config import BrokerConfig
+from broker.coordinator import consumer_group
 from broker.server.broker import Broker
 
 HEARTBEAT, DESCRIBE = 68, 69
@@ -102,7 +103,10 @@ async def test_v0_generates_the_member_id_and_v1_requires_one(broker, broker_cli
     )
 
 
-async def test_v1_subscribes_by_regex(broker, broker_client):
+async def test_v1_subscribes_by_regex(broker, broker_client, monkeypatch):
+    # A created topic joins at the first heartbeat 10 s after the last resolution (Kafka's
+    # REGEX_BATCH_REFRESH_MIN_INTERVAL_MS); here at once.
+    monkeypatch.setattr(consumer_group, "REGEX_BATCH_REFRESH_MIN_INTERVAL_MS", -1)
     wanted = await broker.create_topic("orders-eu", 2, {})
     await broker.create_topic("payments", 2, {})
     response = await broker_client.send(

@@ -13,6 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.coordinator.config import GroupCoordinatorConfig
 from broker.coordinator.consumer_group import (
+    REGEX_BATCH_REFRESH_MIN_INTERVAL_MS,
     ConsumerGroup,
     ConsumerGroupManager,
     HeartbeatRequest,
@@ -51,6 +52,8 @@ class Cluster:
         self.group_configs = self.coordinator.group_configs
         self.log: list[Record] = []
         self.now = 1_000_000
+        # The topics the heartbeating member may DESCRIBE (None: all, as without an authorizer)
+        self.describable: set[str] | None = None
 
     @property
     def consumer(self) -> ConsumerGroupManager:
@@ -83,9 +86,17 @@ class Cluster:
         request = HeartbeatRequest(GROUP, member_id, member_epoch, **fields)
         return self.run(
             self.consumer.heartbeat(
-                request, self.now, client_id="client", client_host="/127.0.0.1", api_version=1
+                request,
+                self.now,
+                client_id="client",
+                client_host="/127.0.0.1",
+                api_version=1,
+                describable=self._describable,
             )
         )
+
+    def _describable(self, names: set[str]) -> set[str]:
+        return set(names) if self.describable is None else names & self.describable
 
     def advance(self, ms: int) -> None:
         """Let time pass and run the timers that came due, as the runtime does."""
@@ -152,6 +163,7 @@ def state(coordinator: GroupCoordinator) -> dict:
             g.members,
             g.static_members,
             g.partition_epochs,
+            g.resolved_regexes,
             g.state_name,
         )
         for group_id, g in coordinator.groups.items()
@@ -387,8 +399,15 @@ def test_regex_subscriptions_follow_topic_creation_and_deletion(cluster):
     foo = cluster.image.topic("foo").topic_id
     assert a.owned == {foo: frozenset(range(6)), foo2: frozenset({0, 1})}
 
+    # As in Kafka, a new topic joins at the first heartbeat that may resolve the regexes again
+    # (10 s after the last resolution), for the principal of the member sending it.
     foo3 = cluster.create_topic("foo-3", 1)
-    assert cluster.group().state_name == "Assigning"
+    assert cluster.group().state_name == "Stable"
+    a.poll()
+    assert foo3 not in a.owned
+    cluster.advance(REGEX_BATCH_REFRESH_MIN_INTERVAL_MS + 1)
+    a.poll()
+    assert cluster.group().resolved_regexes["foo.*"].topics == ("foo", "foo-2", "foo-3")
     a.poll()
     assert a.owned[foo3] == frozenset({0})
 
