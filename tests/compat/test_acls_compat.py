@@ -45,6 +45,17 @@ def acl(rtype, name, op, perm=ALLOW, pattern=LITERAL, principal=PRINCIPAL, host=
     return AclBinding(rtype, name, pattern, principal, host, op, perm)
 
 
+def acl_filter(
+    rtype=ResourceType.ANY, name: str | None = None, pattern=ResourcePatternType.ANY
+) -> AclBindingFilter:
+    """The bindings of any principal, host, operation and permission on these resources."""
+    return AclBindingFilter(
+        rtype, name, pattern, None, None, AclOperation.ANY, AclPermissionType.ANY
+    )
+
+
+EVERYTHING = acl_filter()
+
 ADMINISTRATION = [
     acl(ResourceType.BROKER, CLUSTER, AclOperation.ALTER),
     acl(ResourceType.BROKER, CLUSTER, AclOperation.CREATE),
@@ -112,6 +123,47 @@ def transactional_producer(client_config, txn_id: str) -> Producer:
     return Producer({**client_config, "transactional.id": txn_id, "transaction.timeout.ms": 30000})
 
 
+def commit_error(producer: Producer, *records: tuple[str, bytes]) -> KafkaError:
+    """Begins a transaction and produces each (topic, value) in turn, flushed, so that each
+    partition joins the transaction in its own AddPartitionsToTxn; returns the error that
+    commit_transaction raises, one the transaction must be aborted for."""
+    producer.begin_transaction()
+    for topic, value in records:
+        producer.produce(topic, value)
+        producer.flush(30)
+    with pytest.raises(KafkaException) as refused:
+        producer.commit_transaction(30)
+    error = refused.value.args[0]
+    assert error.txn_requires_abort(), error
+    return error
+
+
+def first_poll(config: dict, topic: str, wanted, what: str):
+    """`wanted(message)` for the first message a new consumer subscribed to `topic` polls for
+    which it is truthy."""
+    consumer = Consumer(config)
+    consumer.subscribe([topic])
+
+    def polled():
+        msg = consumer.poll(0.2)
+        return msg is not None and wanted(msg)
+
+    try:
+        return wait_until(polled, what=what)
+    finally:
+        consumer.close()
+
+
+def group_error(config: dict, topic: str) -> KafkaError:
+    """The first error a consumer subscribed to `topic` reports."""
+    return first_poll(config, topic, lambda m: m.error(), "the consumer's group error")
+
+
+def first_value(config: dict, topic: str) -> bytes:
+    """The value of the first record a consumer subscribed to `topic` receives."""
+    return first_poll(config, topic, lambda m: not m.error() and m.value(), "a record")
+
+
 def test_acls_are_created_listed_and_deleted_through_the_admin_client(admin):
     suffix = uuid.uuid4().hex[:8]
     bindings = [
@@ -122,54 +174,23 @@ def test_acls_are_created_listed_and_deleted_through_the_admin_client(admin):
     ]
     grant(admin, *bindings)
 
-    def listed(acl_filter):
-        return set(admin.describe_acls(acl_filter).result(30))
+    def listed(binding_filter):
+        return set(admin.describe_acls(binding_filter).result(30))
 
-    everything = AclBindingFilter(
-        ResourceType.ANY,
-        None,
-        ResourcePatternType.ANY,
-        None,
-        None,
-        AclOperation.ANY,
-        AclPermissionType.ANY,
-    )
-    assert set(bindings) <= listed(everything)
-    transactional = AclBindingFilter(
-        ResourceType.TRANSACTIONAL_ID,
-        None,
-        ResourcePatternType.ANY,
-        None,
-        None,
-        AclOperation.ANY,
-        AclPermissionType.ANY,
-    )
+    assert set(bindings) <= listed(EVERYTHING)
+    transactional = acl_filter(ResourceType.TRANSACTIONAL_ID)
     assert {b for b in listed(transactional) if suffix in b.name} == set(bindings[:2])
     # MATCH: every ACL that applies to the transactional id app-<suffix>-x.
-    applying = AclBindingFilter(
-        ResourceType.TRANSACTIONAL_ID,
-        f"app-{suffix}-x",
-        ResourcePatternType.MATCH,
-        None,
-        None,
-        AclOperation.ANY,
-        AclPermissionType.ANY,
+    applying = acl_filter(
+        ResourceType.TRANSACTIONAL_ID, f"app-{suffix}-x", ResourcePatternType.MATCH
     )
     assert listed(applying) == set(bindings[:2])
 
-    prefixed = AclBindingFilter(
-        ResourceType.ANY,
-        f"app-{suffix}-",
-        PREFIXED,
-        None,
-        None,
-        AclOperation.ANY,
-        AclPermissionType.ANY,
-    )
+    prefixed = acl_filter(ResourceType.ANY, f"app-{suffix}-", PREFIXED)
     deleted = admin.delete_acls([prefixed])[prefixed].result(30)
     assert deleted == [bindings[0]]
     revoke(admin, *bindings[1:])
-    assert not {b for b in listed(everything) if suffix in b.name}
+    assert not {b for b in listed(EVERYTHING) if suffix in b.name}
 
 
 def test_init_transactions_needs_write_on_the_transactional_id(admin, client_config):
@@ -200,12 +221,8 @@ def test_without_write_on_a_topic_its_partition_cannot_join_the_transaction(admi
     producer.produce(writable, b"fine")
     producer.commit_transaction(30)
 
-    producer.begin_transaction()
-    producer.produce(readonly, b"refused")
-    with pytest.raises(KafkaException) as refused:
-        producer.commit_transaction(30)
-    assert error_code(refused) == KafkaError.TOPIC_AUTHORIZATION_FAILED
-    assert refused.value.args[0].txn_requires_abort()
+    refused = commit_error(producer, (readonly, b"refused"))
+    assert refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
 def test_a_prefixed_acl_grants_a_family_of_ids_and_a_deny_overrides_it(admin, client_config):
@@ -239,28 +256,7 @@ def test_a_consumer_without_read_on_its_group_cannot_join(admin, client_config):
     assert producer.flush(30) == 0
 
     config = {**client_config, "group.id": group, "auto.offset.reset": "earliest"}
-    consumer = Consumer(config)
-    consumer.subscribe([topic])
-
-    def refused():
-        msg = consumer.poll(0.2)
-        return msg is not None and msg.error() and msg.error().code()
-
-    try:
-        code = wait_until(refused, what="the consumer's group error")
-        assert code == KafkaError.GROUP_AUTHORIZATION_FAILED
-    finally:
-        consumer.close()
+    assert group_error(config, topic).code() == KafkaError.GROUP_AUTHORIZATION_FAILED
 
     grant(admin, acl(ResourceType.GROUP, group, AclOperation.READ))
-    consumer = Consumer(config)
-    consumer.subscribe([topic])
-
-    def consumed():
-        msg = consumer.poll(0.2)
-        return msg is not None and not msg.error() and msg.value()
-
-    try:
-        assert wait_until(consumed, what="a record") == b"hello"
-    finally:
-        consumer.close()
+    assert first_value(config, topic) == b"hello"

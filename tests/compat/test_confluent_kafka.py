@@ -76,10 +76,12 @@ def consume_all(
     expected: int,
     timeout: float = 60,
     row=as_rec,
+    settings: dict | None = None,
 ) -> dict[int, list]:
     """Read every partition from offset 0 until each reports EOF and `expected` records
-    arrived, each as `row(message)`; any error other than EOF fails."""
-    c = consumer(bootstrap)
+    arrived, each as `row(message)`; any error other than EOF fails. `settings` are extra
+    consumer settings (security, isolation.level)."""
+    c = consumer(bootstrap, **(settings or {}))
     try:
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         got: dict[int, list] = {p: [] for p in range(partitions)}

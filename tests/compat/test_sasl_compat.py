@@ -38,46 +38,65 @@ class SecureBroker:
         return f"127.0.0.1:{self.ports[listener]}"
 
 
-@pytest.fixture(scope="module")
-def secure_broker(tmp_path_factory):
+def secure_broker_process(tmp_path_factory, clients: dict[str, str], *overrides) -> SecureBroker:
+    """A broker process, not yet started, with Kafka's StandardAuthorizer and PLAINTEXT,
+    SASL_PLAINTEXT, SASL_SSL and SSL (client certificates required) listeners on loopback; a
+    throwaway CA in pki/ca.crt, and pki/<name>.crt and .key for each client {name: subject}."""
     pki = tmp_path_factory.mktemp("pki")
     ca = CertificateAuthority()
     (pki / "ca.crt").write_text(ca.pem)
     server = ca.issue("CN=localhost,O=Fjord,C=NO", server=True)
     (pki / "server.pem").write_text(server.key + server.certificate)
-    ca.issue(ALICE_DN).write(pki, "alice")
-    ca.issue("CN=mallory,O=Elsewhere,C=NO").write(pki, "mallory")
+    for name, subject in clients.items():
+        ca.issue(subject).write(pki, name)
     process = BrokerProcess(tmp_path_factory.mktemp("kafka-logs"))
     ports = {"PLAINTEXT": process.port}
     ports.update({name: free_port() for name in ("SASL_PLAINTEXT", "SASL_SSL", "SSL")})
     process.overrides = [
         "listeners=" + ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
         "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        f"super.users=User:ANONYMOUS;User:alice;User:pat;User:carol;User:{ALICE_DN}",
         "ssl.keystore.type=PEM",
         f"ssl.keystore.location={pki / 'server.pem'}",
         "ssl.truststore.type=PEM",
         f"ssl.truststore.location={pki / 'ca.crt'}",
         "listener.name.ssl.ssl.client.auth=required",
+        *overrides,
+    ]
+    return SecureBroker(process, ports, pki)
+
+
+def scram_user(
+    name: str, password: bytes, mechanism=ScramMechanism.SCRAM_SHA_512, iterations: int = 8192
+) -> UserScramCredentialUpsertion:
+    return UserScramCredentialUpsertion(name, ScramCredentialInfo(mechanism, iterations), password)
+
+
+def create_users(settings: dict, *upsertions: UserScramCredentialUpsertion) -> None:
+    """AlterUserScramCredentials from confluent-kafka's AdminClient (kept alive until the
+    results arrive: a destroyed client fails its futures)."""
+    admin = AdminClient(settings)
+    futures = admin.alter_user_scram_credentials(list(upsertions))
+    for future in futures.values():
+        future.result(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def secure_broker(tmp_path_factory):
+    broker = secure_broker_process(
+        tmp_path_factory,
+        {"alice": ALICE_DN, "mallory": "CN=mallory,O=Elsewhere,C=NO"},
+        f"super.users=User:ANONYMOUS;User:alice;User:pat;User:carol;User:{ALICE_DN}",
         "listener.name.sasl_plaintext.sasl.enabled.mechanisms=SCRAM-SHA-512",
         "listener.name.sasl_ssl.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256",
         f"listener.name.sasl_ssl.plain.sasl.jaas.config={PLAIN_JAAS}",
-    ]
-    process.start()
-    admin = AdminClient({"bootstrap.servers": process.bootstrap})
-    futures = admin.alter_user_scram_credentials(
-        [
-            UserScramCredentialUpsertion(
-                "alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), b"alice-secret"
-            ),
-            UserScramCredentialUpsertion(
-                "carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"carol-secret"
-            ),
-        ]
     )
-    for future in futures.values():
-        future.result(timeout=30)
-    yield SecureBroker(process, ports, pki)
+    process = broker.process.start()
+    create_users(
+        {"bootstrap.servers": process.bootstrap},
+        scram_user("alice", b"alice-secret"),
+        scram_user("carol", b"carol-secret", ScramMechanism.SCRAM_SHA_256, 4096),
+    )
+    yield broker
     assert process.stop() == 0, "".join(process.output)
 
 
@@ -86,6 +105,13 @@ def confluent_settings(broker: SecureBroker, listener: str, **extra) -> dict:
     if listener in ("SSL", "SASL_SSL"):
         settings["ssl.ca.location"] = str(broker.pki / "ca.crt")
     return {"security.protocol": listener, **settings}
+
+
+def kafka_python_settings(broker: SecureBroker, listener: str, **extra) -> dict:
+    settings = {"bootstrap_servers": broker.bootstrap(listener), **extra}
+    if listener in ("SSL", "SASL_SSL"):
+        settings["ssl_cafile"] = str(broker.pki / "ca.crt")
+    return {"security_protocol": listener, **settings}
 
 
 def confluent_round_trip(settings: dict, topic: str, n: int = 20) -> list[bytes]:
@@ -156,13 +182,13 @@ def test_confluent_kafka_scram_sha512_over_sasl_plaintext(secure_broker):
 
 
 def test_kafka_python_scram_sha512_over_sasl_plaintext(secure_broker):
-    settings = {
-        "bootstrap_servers": secure_broker.bootstrap("SASL_PLAINTEXT"),
-        "security_protocol": "SASL_PLAINTEXT",
-        "sasl_mechanism": "SCRAM-SHA-512",
-        "sasl_plain_username": "alice",
-        "sasl_plain_password": "alice-secret",
-    }
+    settings = kafka_python_settings(
+        secure_broker,
+        "SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_plain_username="alice",
+        sasl_plain_password="alice-secret",
+    )
     assert kafka_python_round_trip(settings, topic_name("sasl-kp")) == EXPECTED
 
 
@@ -176,14 +202,13 @@ def test_confluent_kafka_plain_over_sasl_ssl(secure_broker):
 
 
 def test_kafka_python_scram_sha256_over_sasl_ssl(secure_broker):
-    settings = {
-        "bootstrap_servers": secure_broker.bootstrap("SASL_SSL"),
-        "security_protocol": "SASL_SSL",
-        "ssl_cafile": str(secure_broker.pki / "ca.crt"),
-        "sasl_mechanism": "SCRAM-SHA-256",
-        "sasl_plain_username": "carol",
-        "sasl_plain_password": "carol-secret",
-    }
+    settings = kafka_python_settings(
+        secure_broker,
+        "SASL_SSL",
+        sasl_mechanism="SCRAM-SHA-256",
+        sasl_plain_username="carol",
+        sasl_plain_password="carol-secret",
+    )
     assert kafka_python_round_trip(settings, topic_name("sasl-ssl-kp")) == EXPECTED
 
 
@@ -223,30 +248,28 @@ def test_kafka_python_wrong_password_is_an_authentication_error(secure_broker, c
 
 
 def _create_user(settings: dict, user: str) -> None:
-    admin = AdminClient(settings)
-    upsertion = UserScramCredentialUpsertion(
-        user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"secret"
+    create_users(settings, scram_user(user, b"secret", ScramMechanism.SCRAM_SHA_256, 4096))
+
+
+def mtls_settings(broker: SecureBroker, who: str) -> dict:
+    """confluent-kafka on the SSL listener with the client certificate pki/<who>.crt."""
+    return confluent_settings(
+        broker,
+        "SSL",
+        **{
+            "ssl.certificate.location": str(broker.pki / f"{who}.crt"),
+            "ssl.key.location": str(broker.pki / f"{who}.key"),
+        },
     )
-    admin.alter_user_scram_credentials([upsertion])[user].result(timeout=30)
 
 
 def test_mutual_tls_principal_is_the_certificate_dn(secure_broker):
     """AlterUserScramCredentials needs ALTER on the cluster: User:CN=alice,OU=eng,O=Fjord,C=NO
     is a super user, User:CN=mallory,O=Elsewhere,C=NO is nobody. (Not DescribeUserScram-
     Credentials: confluent-kafka 2.16.1 corrupts its heap on that API's top-level error.)"""
-
-    def ssl_settings(who: str) -> dict:
-        return confluent_settings(
-            secure_broker,
-            "SSL",
-            **{
-                "ssl.certificate.location": str(secure_broker.pki / f"{who}.crt"),
-                "ssl.key.location": str(secure_broker.pki / f"{who}.key"),
-            },
-        )
-
-    _create_user(ssl_settings("alice"), "dave")
+    _create_user(mtls_settings(secure_broker, "alice"), "dave")
     with pytest.raises(KafkaException) as failure:
-        _create_user(ssl_settings("mallory"), "eve")
+        _create_user(mtls_settings(secure_broker, "mallory"), "eve")
     assert failure.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
-    assert confluent_round_trip(ssl_settings("alice"), topic_name("mtls-ck")) == EXPECTED
+    settings = mtls_settings(secure_broker, "alice")
+    assert confluent_round_trip(settings, topic_name("mtls-ck")) == EXPECTED
