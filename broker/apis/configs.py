@@ -228,7 +228,10 @@ def _apply_operations(current: dict[str, str], resource) -> dict[str, str]:
                     ErrorCode.invalid_config,
                     f"Config value {verb} is not allowed for config key: {c.name}",
                 )
-            items = [i for i in (updated.get(c.name) or "").split(",") if i]
+            current_value = updated.get(c.name)
+            if current_value is None:  # as Kafka: unset, the list starts from its default
+                current_value = render(d.default) or ""
+            items = [i for i in current_value.split(",") if i]
             given = [i.strip() for i in (c.value or "").split(",") if i.strip()]
             if c.config_operation == APPEND:
                 items += [i for i in given if i not in items]

@@ -1,0 +1,196 @@
+"""The admin client's view of the cluster: a session per broker node learned from Metadata,
+coordinators found with FindCoordinator, and bounded retries of retriable errors."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Self, TypeVar
+
+from kio.schema.errors import ErrorCode
+
+from broker.client.connection import ConnectionClosed
+from broker.client.errors import KafkaAdminError, check
+from broker.client.models import Node
+from broker.client.session import Security, Session, open_session
+
+T = TypeVar("T")
+
+METADATA, FIND_COORDINATOR = 3, 10
+GROUP_KEY, TRANSACTION_KEY = 0, 1  # FindCoordinator key types
+
+# Errors that clear up by themselves or after re-routing: a coordinator or leader moved or is
+# still loading. Anything else is the caller's to see at once (Kafka marks
+# UNKNOWN_TOPIC_OR_PARTITION retriable for producers; for an admin it is an answer).
+RETRIABLE = frozenset(
+    {
+        ErrorCode.network_exception,
+        ErrorCode.request_timed_out,
+        ErrorCode.leader_not_available,
+        ErrorCode.not_leader_or_follower,
+        ErrorCode.coordinator_load_in_progress,
+        ErrorCode.coordinator_not_available,
+        ErrorCode.not_coordinator,
+        ErrorCode.not_controller,
+    }
+)
+
+
+def _address(server: str) -> tuple[str, int]:
+    host, _, port = server.strip().rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class ClusterClient:
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str],
+        security: Security | None = None,
+        *,
+        client_id: str = "fjord-admin",
+        retries: int = 5,
+        retry_backoff_ms: int = 100,
+        request_timeout_ms: int = 30_000,
+    ) -> None:
+        servers = (
+            bootstrap_servers.split(",")
+            if isinstance(bootstrap_servers, str)
+            else bootstrap_servers
+        )
+        self._bootstrap = [_address(s) for s in servers if s.strip()]
+        if not self._bootstrap:
+            raise ValueError("no bootstrap servers")
+        self.security = security or Security()
+        self.client_id = client_id
+        self.retries = retries
+        self.retry_backoff_ms = retry_backoff_ms
+        # What the broker may take for work it waits on (topic creation, ListOffsets v10+).
+        self.request_timeout_ms = request_timeout_ms
+        self.nodes: dict[int, Node] = {}
+        self.cluster_id: str | None = None
+        self.controller_id = -1
+        self._sessions: dict[int, Session] = {}
+        self._any: Session | None = None
+        self._coordinators: dict[tuple[int, str], int] = {}
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        await self.metadata()
+
+    async def close(self) -> None:
+        sessions = {id(s): s for s in [*self._sessions.values(), self._any] if s is not None}
+        self._sessions.clear()
+        self._any = None
+        for session in sessions.values():
+            await session.close()
+
+    async def _open(self, host: str, port: int) -> Session:
+        return await open_session(host, port, self.security, self.client_id)
+
+    async def any_session(self) -> Session:
+        """A session to some broker, for requests any of them answers."""
+        if self._any is None or self._any.closed:
+            self._any = None
+            errors: list[Exception] = []
+            for host, port in self._bootstrap:
+                try:
+                    self._any = await self._open(host, port)
+                    break
+                except (OSError, ConnectionClosed) as e:
+                    errors.append(e)
+            else:
+                raise ConnectionError(f"no bootstrap server answers: {errors}")
+        return self._any
+
+    async def session(self, node_id: int) -> Session:
+        session = self._sessions.get(node_id)
+        if session is None or session.closed:
+            if node_id not in self.nodes:
+                await self.metadata()
+            node = self.nodes.get(node_id)
+            if node is None:
+                raise KafkaAdminError.from_code(
+                    ErrorCode.broker_not_available, f"broker {node_id} is not in the cluster"
+                )
+            session = self._sessions[node_id] = await self._open(node.host, node.port)
+        return session
+
+    async def send_to_every_node(self, api_key: int, request_name: str, **fields) -> list:
+        """One request to every broker, their responses in node order: listings each broker
+        answers only for itself (groups, transactions)."""
+        await self.metadata()
+        responses = []
+        for node_id in sorted(self.nodes):
+            session = await self.session(node_id)
+            responses.append(await session.send(session.request(api_key, request_name, **fields)))
+        return responses
+
+    async def controller(self) -> Session:
+        # KRaft brokers forward controller requests; Fjord's single node answers them itself.
+        if self.controller_id in self.nodes:
+            return await self.session(self.controller_id)
+        return await self.any_session()
+
+    async def metadata(self, topics: Sequence[str] | None = ()) -> Any:
+        """A Metadata response for those topics (None: all), refreshing the broker list."""
+        session = await self.any_session()
+        request_topics = None
+        if topics is not None:
+            request_topics = tuple(
+                session.request(METADATA, "MetadataRequestTopic", name=t, topic_id=None)
+                for t in topics
+            )
+        response = await session.send(
+            session.request(
+                METADATA,
+                "MetadataRequest",
+                topics=request_topics,
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+                include_cluster_authorized_operations=False,
+            )
+        )
+        self.nodes = {b.node_id: Node(b.node_id, b.host, b.port, b.rack) for b in response.brokers}
+        self.cluster_id = response.cluster_id
+        self.controller_id = response.controller_id
+        return response
+
+    async def coordinator(self, key_type: int, key: str) -> Session:
+        node_id = self._coordinators.get((key_type, key))
+        if node_id is None:
+            session = await self.any_session()
+            response = await session.send(
+                session.request(
+                    FIND_COORDINATOR,
+                    "FindCoordinatorRequest",
+                    key_type=key_type,
+                    coordinator_keys=(key,),
+                )
+            )
+            found = response.coordinators[0]
+            check(found.error_code, found.error_message, key)
+            node_id = self._coordinators[(key_type, key)] = found.node_id
+            if node_id not in self.nodes:
+                self.nodes[node_id] = Node(node_id, found.host, found.port)
+        return await self.session(node_id)
+
+    async def retrying(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """Run `attempt` again on a retriable error or a lost connection, at most `retries`
+        times with exponential backoff; coordinators are looked up afresh each time."""
+        for n in range(self.retries):
+            try:
+                return await attempt()
+            except KafkaAdminError as e:
+                if e.code not in RETRIABLE:
+                    raise
+            except (ConnectionClosed, OSError):
+                pass
+            self._coordinators.clear()
+            await asyncio.sleep(self.retry_backoff_ms * 2**n / 1000)
+        return await attempt()

@@ -1,0 +1,232 @@
+"""What the admin client returns and takes: plain dataclasses in Kafka's vocabulary."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from broker.security.operations import AclOperation, AclPermissionType, PatternType, ResourceType
+
+__all__ = [
+    "AclBinding",
+    "AclBindingFilter",
+    "AclOperation",
+    "AclPermissionType",
+    "AlterConfigOp",
+    "AlterConfigOpType",
+    "ClusterDescription",
+    "ConfigEntry",
+    "ConfigResourceType",
+    "ConsumerGroupMember",
+    "CreatedTopic",
+    "GroupDescription",
+    "GroupListing",
+    "NewTopic",
+    "Node",
+    "PartitionDescription",
+    "PartitionLag",
+    "PatternType",
+    "ProducerState",
+    "ResourceType",
+    "ScramCredentialInfo",
+    "TopicDescription",
+    "TopicListing",
+    "TopicPartition",
+    "TransactionDescription",
+    "TransactionListing",
+]
+
+TopicPartition = tuple[str, int]
+
+
+class ConfigResourceType(IntEnum):
+    """Kafka's ConfigResource.Type codes."""
+
+    TOPIC = 2
+    BROKER = 4
+    GROUP = 32
+
+
+class AlterConfigOpType(IntEnum):
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+@dataclass(frozen=True)
+class Node:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True)
+class ClusterDescription:
+    cluster_id: str | None
+    controller_id: int
+    brokers: list[Node]
+
+
+@dataclass(frozen=True)
+class TopicListing:
+    name: str
+    topic_id: uuid.UUID | None
+    is_internal: bool
+    partition_count: int
+
+
+@dataclass(frozen=True)
+class PartitionDescription:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    log_start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    topic_id: uuid.UUID | None
+    is_internal: bool
+    partitions: list[PartitionDescription]
+
+
+@dataclass(frozen=True)
+class NewTopic:
+    """-1 for num_partitions or replication_factor takes the broker's default."""
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CreatedTopic:
+    name: str
+    topic_id: uuid.UUID | None
+    num_partitions: int
+    replication_factor: int
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    name: str
+    value: str | None
+    source: int  # Kafka's ConfigSource code: 1 dynamic topic, 4 static broker, 5 default, ...
+    read_only: bool
+    is_sensitive: bool
+
+
+@dataclass(frozen=True)
+class AlterConfigOp:
+    name: str
+    value: str | None = None
+    op: AlterConfigOpType = AlterConfigOpType.SET
+
+
+@dataclass(frozen=True)
+class AclBinding:
+    resource_type: ResourceType
+    resource_name: str
+    pattern_type: PatternType
+    principal: str
+    host: str
+    operation: AclOperation
+    permission_type: AclPermissionType
+
+
+@dataclass(frozen=True)
+class AclBindingFilter:
+    """None matches any value; pattern_type ANY matches names exactly, MATCH every pattern that
+    applies to the named resource."""
+
+    resource_type: ResourceType = ResourceType.ANY
+    resource_name: str | None = None
+    pattern_type: PatternType = PatternType.ANY
+    principal: str | None = None
+    host: str | None = None
+    operation: AclOperation = AclOperation.ANY
+    permission_type: AclPermissionType = AclPermissionType.ANY
+
+
+@dataclass(frozen=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str
+    state: str
+    group_type: str  # "classic" or "consumer"
+
+
+@dataclass(frozen=True)
+class ConsumerGroupMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    assignment: list[TopicPartition]
+    member_epoch: int | None = None  # consumer protocol only
+    subscribed_topics: list[str] = field(default_factory=list)
+    subscribed_topic_regex: str | None = None
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group_id: str
+    group_type: str  # "classic" or "consumer"
+    state: str
+    protocol_type: str
+    protocol: str | None  # classic: the chosen assignor; consumer: the server-side assignor
+    members: list[ConsumerGroupMember]
+    group_epoch: int | None = None
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    topic: str
+    partition: int
+    committed_offset: int  # -1 when the group committed nothing for it
+    high_watermark: int
+    lag: int
+
+
+@dataclass(frozen=True)
+class TransactionListing:
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
+@dataclass(frozen=True)
+class TransactionDescription:
+    transactional_id: str
+    coordinator_id: int
+    state: str
+    producer_id: int
+    producer_epoch: int
+    transaction_timeout_ms: int
+    transaction_start_time_ms: int  # -1 when no transaction is open
+    partitions: list[TopicPartition]
+
+
+@dataclass(frozen=True)
+class ProducerState:
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp_ms: int
+    coordinator_epoch: int
+    current_transaction_start_offset: int  # -1 outside a transaction
+
+
+@dataclass(frozen=True)
+class ScramCredentialInfo:
+    mechanism: str  # SCRAM-SHA-256 or SCRAM-SHA-512
+    iterations: int
