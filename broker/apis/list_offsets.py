@@ -52,7 +52,7 @@ def handle_list_offsets(broker, ctx: RequestContext, request) -> object:
 
 def _offset_for(log, spec: int, isolation_level: int) -> tuple[int, int]:
     """(offset, timestamp) ListOffsets answers for `spec`: a timestamp, or EARLIEST, LATEST
-    or MAX_TIMESTAMP; every version (v0 in legacy_fetch.py) asks this."""
+    or MAX_TIMESTAMP (v0 has its own rule: Log.offsets_before)."""
     # What a consumer of this isolation level may fetch (Kafka's lastFetchableOffset): LATEST
     # answers it, and a lookup never answers an offset at or beyond it.
     last_fetchable = (

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from broker.apis.auth_helper import authorize_cluster
 from broker.apis.base import NO_THROTTLE, ApiSpec, RequestContext
-from broker.security.operations import AclOperation, ResourceType
+from broker.security.operations import AclOperation
 from broker.security.scram import MAX_ITERATIONS, MIN_ITERATIONS, ScramCredential, ScramMechanism
 
-CLUSTER = "kafka-cluster"
 CLUSTER_AUTHORIZATION_FAILED = "Cluster authorization failed."  # Kafka's exception message
 
 
 def handle_describe_user_scram_credentials(broker, ctx: RequestContext, request) -> object:
-    if not broker.authorize(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER):
+    if not authorize_cluster(broker, ctx, AclOperation.DESCRIBE):
         return ctx.response(
             "DescribeUserScramCredentialsResponse",
             throttle_time=NO_THROTTLE,
@@ -98,7 +98,7 @@ def _mechanism(name: str, type_id: int) -> ScramMechanism:
 
 async def handle_alter_user_scram_credentials(broker, ctx: RequestContext, request) -> object:
     users = [d.name for d in request.deletions] + [u.name for u in request.upsertions]
-    if not broker.authorize(ctx, AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER):
+    if not authorize_cluster(broker, ctx, AclOperation.ALTER):
         return _alter_response(
             ctx,
             [

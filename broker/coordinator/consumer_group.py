@@ -618,7 +618,7 @@ class ConsumerGroupManager:
         return resolved, changed
 
     def resolve_regexes(
-        self, regexes: Iterable[str], describable: TopicFilter | None, now_ms: int
+        self, regexes: Iterable[str], describable: TopicFilter, now_ms: int
     ) -> dict[str, ConsumerGroupRegularExpressionValue]:
         """Kafka's TopicRegexResolver: the topics each regex matches in full, less those the
         member may not DESCRIBE (each topic asked about once, whatever the regexes)."""
@@ -630,9 +630,8 @@ class ConsumerGroupManager:
             for regex, pattern in patterns:
                 if pattern.fullmatch(topic.name):
                     matched[regex].add(topic.name)
-        if describable is not None:
-            allowed = describable(set().union(*matched.values()))
-            matched = {regex: topics & allowed for regex, topics in matched.items()}
+        allowed = describable(set().union(*matched.values()))
+        matched = {regex: topics & allowed for regex, topics in matched.items()}
         return {
             regex: ConsumerGroupRegularExpressionValue(
                 tuple(sorted(topics)), self.topics_version, now_ms

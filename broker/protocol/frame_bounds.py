@@ -75,7 +75,7 @@ def plan(entity: type) -> _Plan:
     tagged: dict[int, tuple[int, object, bool]] = {}
     min_size = 1 if flexible else 0  # the tagged-fields count
     for field in dataclasses.fields(entity):
-        step = _step(field, flexible)
+        step = _step(field)
         tag = get_field_tag(field)
         if tag is not None:
             tagged[int(tag)] = step
@@ -94,7 +94,7 @@ def _nullable(field: dataclasses.Field) -> bool:
     return get_origin(field.type) in (UnionType, Union) and NoneType in get_args(field.type)
 
 
-def _step(field: dataclasses.Field, flexible: bool) -> tuple[int, object, bool]:
+def _step(field: dataclasses.Field) -> tuple[int, object, bool]:
     kind = classify_field(field)
     nullable = _nullable(field)
     if isinstance(kind, EntityField):

@@ -446,7 +446,9 @@ def up_convert(
         max(timed, default=NO_TIMESTAMP),
         bool(claiming),
         any(m.timestamp == NO_TIMESTAMP for m in claiming),
-        _as_is(data, sized, messages) if keep_magic == magic else None,
+        _as_is(data, sized, messages)
+        if keep_magic == magic and target_compression in (None, source)
+        else None,
     )
 
 

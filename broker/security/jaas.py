@@ -45,7 +45,8 @@ def _tokenize(text: str) -> list[tuple[str, str]]:
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if m is None:
-            raise JaasConfigError(f"Unexpected character in JAAS config at {pos}: {text[pos:]!r}")
+            # Only the position: the text may hold passwords, and errors reach the logs.
+            raise JaasConfigError(f"Unexpected character in JAAS config at position {pos}")
         if m["quoted"] is not None:
             tokens.append(("value", re.sub(r"\\(.)", r"\1", m["quoted"])))
         elif m["word"] is not None:

@@ -23,9 +23,11 @@ records go: that is what a reload rebuilds its sequence numbers and epoch from.
 
 Entries of the old formats (a topic kept in magic 0/1, seed 004) are cleaned as Kafka cleans
 them: a wrapper keeps its surviving messages, holes between their offsets allowed (KIP-31),
-and their tombstones go by the segment's age, Kafka's legacy delete horizon, since they have
-no batch to carry one. A group's last entry stays whole, so the cleaned segment ends where the
-group did.
+and their tombstones, which have no batch to carry a delete horizon, go once their segment was
+last modified more than delete.retention.ms ago. (Kafka's legacy horizon counts from the
+newest already-clean segment's modification time instead of the clock, which keeps them
+longer on an idle log.) A group's last entry stays whole, so the cleaned segment ends where
+the group did.
 
 Everything here runs in one worker thread; only the swap of a cleaned segment takes the
 log's lock (Log.replace_segments).

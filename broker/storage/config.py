@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 LONG_MAX = (1 << 63) - 1
 
 
+@cache
 def magic_of_version(version: str) -> int:
     """The record format of a Kafka release string ("0.10.2-IV0", "2.8", "3.0-IV1"); raises
     ValueError for what is not one."""
