@@ -22,6 +22,14 @@ def authorize_cluster(broker, ctx: RequestContext, operation: AclOperation) -> b
     return broker.authorize(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
+def creatable_topics(broker, ctx: RequestContext, names: Iterable[str]) -> set[str]:
+    """The topics the principal may create: all with CREATE on the cluster, else those with
+    CREATE on the topic (Kafka's CreateTopics and Metadata auto-creation)."""
+    if authorize_cluster(broker, ctx, AclOperation.CREATE):
+        return set(names)
+    return filter_authorized(broker, ctx, AclOperation.CREATE, ResourceType.TOPIC, names)
+
+
 def filter_authorized(
     broker,
     ctx: RequestContext,

@@ -8,9 +8,9 @@ from kio.schema.errors import ErrorCode
 
 from broker.apis.auth_helper import (
     UNREQUESTED_OPERATIONS,
-    authorize_cluster,
     authorized_operations,
     cluster_authorized_operations,
+    creatable_topics,
 )
 from broker.apis.base import NO_THROTTLE, RequestContext
 from broker.apis.produce import CLOSE_CONNECTION
@@ -60,7 +60,7 @@ async def handle_metadata(broker, ctx: RequestContext, request) -> object:
             continue
         topic = image.topic(name)
         if topic is None and may_create and topic_name_problem(name) is None:
-            if not _may_create(broker, ctx, name):
+            if not creatable_topics(broker, ctx, (name,)):
                 code = ErrorCode.topic_authorization_failed
                 results.append(_topic_error(ctx, name, None, code))
                 continue
@@ -113,12 +113,6 @@ async def handle_metadata(broker, ctx: RequestContext, request) -> object:
         cluster_authorized_operations=cluster_authorized_operations(
             broker, ctx, getattr(request, "include_cluster_authorized_operations", False)
         ),
-    )
-
-
-def _may_create(broker, ctx: RequestContext, name: str) -> bool:
-    return authorize_cluster(broker, ctx, AclOperation.CREATE) or broker.authorize(
-        ctx, AclOperation.CREATE, ResourceType.TOPIC, name
     )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis.auth_helper import authorize_cluster, filter_authorized
+from broker.apis.auth_helper import creatable_topics, filter_authorized
 from broker.apis.base import NO_THROTTLE, KafkaError, RequestContext
 from broker.apis.configs import describe_topic_entries
 from broker.config import ConfigError, validate_topic_configs
@@ -22,10 +22,7 @@ async def handle_create_topics(broker, ctx: RequestContext, request) -> object:
     seen: dict[str, int] = {}
     for t in request.topics:
         seen[t.name] = seen.get(t.name, 0) + 1
-    if authorize_cluster(broker, ctx, AclOperation.CREATE):
-        creatable = set(seen)
-    else:
-        creatable = filter_authorized(broker, ctx, AclOperation.CREATE, ResourceType.TOPIC, seen)
+    creatable = creatable_topics(broker, ctx, seen)
     describable = filter_authorized(
         broker, ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, seen
     )

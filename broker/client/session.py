@@ -22,6 +22,7 @@ from kio.static.constants import EntityType
 from broker.client.connection import BrokerConnection
 from broker.client.errors import KafkaAdminError, check
 from broker.client.sasl import SaslClientError, sasl_client
+from broker.config import SECURITY_PROTOCOLS
 
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 
@@ -29,8 +30,6 @@ API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 # request's shape differs (OffsetFetch v8 batches groups, FindCoordinator v4 batches keys,
 # ListOffsets v2 has the isolation level, Metadata v1 tells "all topics" from "none").
 MIN_VERSIONS = {2: 2, 9: 8, 10: 4, 3: 1}
-
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 @dataclass(frozen=True)
