@@ -41,6 +41,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "channels",
     "api",
     "webui",
@@ -57,6 +60,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, so that it sees the user DRF's token authentication resolved.
+    "api.audit.AuditMiddleware",
 ]
 
 ROOT_URLCONF = "control.urls"
@@ -71,6 +76,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "webui.context_processors.console",
             ],
         },
     },
@@ -121,9 +127,37 @@ LOGGING = {
 }
 
 REST_FRAMEWORK = {
-    # Endpoints are private unless a view opts out, as the health check does.
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # Token first: an unauthenticated API call then gets 401 with WWW-Authenticate, not 403.
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    # Endpoints are private unless a view opts out, as the health check does; what a user may
+    # do beyond reading is decided by their role (api.permissions).
+    "DEFAULT_PERMISSION_CLASSES": ["api.permissions.RolePermission"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Fjord control plane API",
+    "DESCRIPTION": "Topics, ACLs, consumer groups, transactions, users, metrics and jobs of a "
+    "Fjord cluster. Cluster state lives in the broker; every call goes through the Kafka "
+    "Admin protocol.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI and Redoc from drf-spectacular-sidecar's static files, never a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+LOGIN_URL = "webui:login"
+LOGIN_REDIRECT_URL = "webui:home"
+LOGOUT_REDIRECT_URL = "webui:login"
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
 
@@ -138,15 +172,53 @@ else:
     # Reaches only consumers in the same process: enough for the single daphne of `make run`.
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-# Without Redis, Celery gets the in-memory transport, which never leaves the process that
-# queued the task; control.launch therefore starts no worker or beat then, and background jobs
-# need REDIS_URL.
-CELERY_BROKER_URL = REDIS_URL or "memory://"
-CELERY_RESULT_BACKEND = REDIS_URL or None
+# Without Redis, Celery's tasks travel as files under var/celery: the worker and beat of
+# `make run` then need no external service.
+CELERY_BROKER_URL = REDIS_URL or "filesystem://"
+if not REDIS_URL:
+    CELERY_QUEUE_DIR = VAR_DIR / "celery" / "queue"
+    CELERY_QUEUE_DIR.mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(CELERY_QUEUE_DIR),
+        "data_folder_out": str(CELERY_QUEUE_DIR),
+        "store_processed": False,
+    }
+# Job state and progress live in the database (api.models.Job), so no result backend is kept.
+CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# Seconds between two samples of the broker's metrics, and how long samples are kept.
+FJORD_METRICS_INTERVAL = float(os.environ.get("FJORD_METRICS_INTERVAL", "1"))
+FJORD_METRICS_RETENTION = int(os.environ.get("FJORD_METRICS_RETENTION", str(24 * 3600)))
+# The sampler must run where it reaches the dashboards' websocket groups: in Celery beat when
+# Redis carries the channel layer between processes, in the web process itself otherwise.
+FJORD_SAMPLER = os.environ.get("FJORD_SAMPLER", "beat" if REDIS_URL else "web")
+CELERY_BEAT_SCHEDULE = {
+    "prune-metric-history": {"task": "api.tasks.prune_metric_history", "schedule": 60.0},
+}
+if FJORD_SAMPLER == "beat":
+    CELERY_BEAT_SCHEDULE["sample-broker-metrics"] = {
+        "task": "api.tasks.sample_broker_metrics",
+        "schedule": FJORD_METRICS_INTERVAL,
+        # A sample older than the next one is worth nothing.
+        "options": {"expires": FJORD_METRICS_INTERVAL},
+    }
+
+# Exported topics are written here and downloaded through the jobs API.
+FJORD_EXPORT_DIR = Path(os.environ.get("FJORD_EXPORT_DIR", str(VAR_DIR / "exports")))
 
 # Where the control plane finds the broker: Kafka's bootstrap.servers, and the broker's
 # Prometheus endpoint.
 FJORD_BOOTSTRAP = os.environ.get("FJORD_BOOTSTRAP", "127.0.0.1:9092")
 FJORD_METRICS_URL = os.environ.get("FJORD_METRICS_URL", "http://127.0.0.1:9308/metrics")
+# How the control plane authenticates to the broker: Kafka's security.protocol, sasl.mechanism
+# and credentials, and PEM files for SSL and SASL_SSL listeners.
+FJORD_SECURITY_PROTOCOL = os.environ.get("FJORD_SECURITY_PROTOCOL", "PLAINTEXT")
+FJORD_SASL_MECHANISM = os.environ.get("FJORD_SASL_MECHANISM", "PLAIN")
+FJORD_SASL_USERNAME = os.environ.get("FJORD_SASL_USERNAME") or None
+FJORD_SASL_PASSWORD = os.environ.get("FJORD_SASL_PASSWORD") or None
+FJORD_SSL_CAFILE = os.environ.get("FJORD_SSL_CAFILE") or None
+FJORD_SSL_CERTFILE = os.environ.get("FJORD_SSL_CERTFILE") or None
+FJORD_SSL_KEYFILE = os.environ.get("FJORD_SSL_KEYFILE") or None

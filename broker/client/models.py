@@ -230,3 +230,32 @@ class ProducerState:
 class ScramCredentialInfo:
     mechanism: str  # SCRAM-SHA-256 or SCRAM-SHA-512
     iterations: int
+
+
+@dataclass(frozen=True)
+class RecordMetadata:
+    """Where the broker put a produced record; timestamp_ms is the log's (LogAppendTime or
+    the producer's CreateTime)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+
+
+@dataclass(frozen=True)
+class ConsumerRecord:
+    """A record as a consumer sees it; timestamp_type is 0 CreateTime, 1 LogAppendTime, -1
+    none (magic 0 messages have no timestamp)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    timestamp_type: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+
+
+__all__ += ["ConsumerRecord", "RecordMetadata"]

@@ -61,7 +61,7 @@ def test_local_defaults():
     assert loaded["debug"] is True
     assert loaded["db"]["ENGINE"] == "django.db.backends.sqlite3"
     assert loaded["db"]["NAME"] == str(REPO / "var" / "control.sqlite3")
-    assert loaded["broker_url"] == "memory://"
+    assert loaded["broker_url"] == "filesystem://"
     assert loaded["layer"] == "channels.layers.InMemoryChannelLayer"
     assert loaded["bootstrap"] == "127.0.0.1:9092"
     assert loaded["metrics"] == "http://127.0.0.1:9308/metrics"

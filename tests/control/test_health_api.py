@@ -62,4 +62,7 @@ def test_health_needs_no_credentials_even_when_bad_ones_are_sent(client, setting
 
 @pytest.mark.django_db
 def test_rest_of_the_api_needs_a_login(client):
-    assert client.get("/api/v1/").status_code == 403
+    response = client.get("/api/v1/")
+
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == "Token"

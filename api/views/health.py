@@ -3,7 +3,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from .probes import broker_reachability
+from api.probes import broker_reachability
 
 
 class HealthViewSet(viewsets.ViewSet):

@@ -1,0 +1,38 @@
+"""What every broker-backed viewset shares: lists answered from the broker, searched and
+paginated the DRF way."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rest_framework import serializers, viewsets
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+
+def search(items: Sequence[Any], term: str | None, key: Callable[[Any], str]) -> list[Any]:
+    """Items whose key contains the term, case-insensitively: the `?search=` of every list."""
+    if not term:
+        return list(items)
+    term = term.casefold()
+    return [item for item in items if term in key(item).casefold()]
+
+
+class BrokerViewSet(viewsets.GenericViewSet):
+    """A viewset over broker state: no queryset, lists come from an admin client call."""
+
+    def paginated(
+        self,
+        request: Request,
+        items: Sequence[Any],
+        serializer_class: type[serializers.BaseSerializer] | None = None,
+    ) -> Response:
+        serializer_class = serializer_class or self.get_serializer_class()
+        page = self.paginate_queryset(list(items))
+        context = self.get_serializer_context()
+        if page is not None:
+            return self.get_paginated_response(
+                serializer_class(page, many=True, context=context).data
+            )
+        return Response(serializer_class(items, many=True, context=context).data)

@@ -1,0 +1,395 @@
+"""PartitionReader: records of one partition from an offset or a timestamp, without a group.
+
+What a console's "show messages" or an export job needs: sessionless Fetch requests (session
+id 0, epoch -1) to the partition leader that never wait (max_wait 0), decoded as a Kafka
+consumer does: compressed batches opened, magic 0/1 entries of old-format topics read,
+control batches skipped, and in read_committed the records of aborted transactions dropped.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.client.errors import KafkaAdminError, check
+from broker.client.models import ConsumerRecord
+from broker.client.producer import RoutingClient
+from broker.client.session import Security
+from broker.records.batch import MAGIC_V2, BatchHeader, decode_batch, iter_batches
+from broker.records.control import ABORT, parse_marker
+from broker.records.errors import InvalidRecordError
+from broker.records.legacy import MAGIC_V0, decode_message_set
+
+FETCH, LIST_OFFSETS = 1, 2
+ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
+NO_TIMESTAMP_TYPE = -1
+_MAX_FETCH_BYTES = (1 << 31) - 1
+
+
+@dataclass
+class FetchedChunk:
+    """What one Fetch gave: the records at or past the requested offset, where the next fetch
+    starts, and where the readable log ends (high watermark, or LSO in read_committed)."""
+
+    records: list[ConsumerRecord] = field(default_factory=list)
+    next_offset: int = 0
+    end_offset: int = 0
+
+
+class PartitionReader(RoutingClient):
+    """`async with PartitionReader("host:9092") as reader: await reader.read("t", 0, offset=0)`"""
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str],
+        security: Security | None = None,
+        *,
+        client_id: str = "fjord-reader",
+        retries: int = 5,
+        retry_backoff_ms: int = 100,
+        request_timeout_ms: int = 30_000,
+    ) -> None:
+        super().__init__(
+            bootstrap_servers,
+            security,
+            client_id=client_id,
+            retries=retries,
+            retry_backoff_ms=retry_backoff_ms,
+            request_timeout_ms=request_timeout_ms,
+        )
+
+    async def read(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        offset: int | None = None,
+        timestamp_ms: int | None = None,
+        max_records: int = 50,
+        isolation_level: str = "read_uncommitted",
+        max_bytes: int = 1 << 20,
+    ) -> list[ConsumerRecord]:
+        """Up to `max_records` records from `offset`, or from the first record whose timestamp
+        is at least `timestamp_ms`; [] at the end of the log. OFFSET_OUT_OF_RANGE for an
+        offset outside [log start, high watermark]."""
+        if (offset is None) == (timestamp_ms is None):
+            raise ValueError("give exactly one of offset and timestamp_ms")
+        isolation = _isolation(isolation_level)
+        if timestamp_ms is not None:
+            offset = await self.offset_for_timestamp(topic, partition, timestamp_ms, isolation)
+            if offset < 0:
+                return []
+        records: list[ConsumerRecord] = []
+        while len(records) < max_records:
+            chunk = await self._fetch(
+                topic, partition, offset, isolation, max_bytes, max_records - len(records)
+            )
+            records += chunk.records
+            # Stop at the end of the log, or once some records came: a caller paging through
+            # asks again from the last offset + 1.
+            if records or chunk.next_offset >= chunk.end_offset or chunk.next_offset <= offset:
+                break
+            offset = chunk.next_offset
+        return records
+
+    async def iter_records(
+        self,
+        topic: str,
+        partition: int,
+        start_offset: int,
+        end_offset: int | None = None,
+        *,
+        isolation_level: str = "read_uncommitted",
+        max_bytes: int = 1 << 20,
+    ) -> AsyncIterator[ConsumerRecord]:
+        """Every record from `start_offset` up to, excluding, `end_offset` (None: the end of
+        the log when each fetch is answered), in offset order, for exports."""
+        isolation = _isolation(isolation_level)
+        offset = start_offset
+        while end_offset is None or offset < end_offset:
+            chunk = await self._fetch(topic, partition, offset, isolation, max_bytes, None)
+            for record in chunk.records:
+                if end_offset is not None and record.offset >= end_offset:
+                    return
+                yield record
+            if chunk.next_offset <= offset:
+                return  # nothing left to read before the end of the log
+            offset = chunk.next_offset
+
+    async def offset_for_timestamp(
+        self, topic: str, partition: int, timestamp_ms: int, isolation: int = 0
+    ) -> int:
+        """ListOffsets: the first offset whose timestamp is at least `timestamp_ms`; -1 when
+        every record is older. -2 and -1 ask for the log start and end, as in Kafka."""
+
+        async def attempt() -> int:
+            try:
+                _, leader = await self.leader(topic, partition)
+                session = await self.session(leader)
+                request_partition = session.request(
+                    LIST_OFFSETS,
+                    "ListOffsetsPartition",
+                    partition_index=partition,
+                    current_leader_epoch=-1,
+                    timestamp=timestamp_ms,
+                )
+                response = await session.send(
+                    session.request(
+                        LIST_OFFSETS,
+                        "ListOffsetsRequest",
+                        replica_id=-1,
+                        isolation_level=isolation,
+                        topics=(
+                            session.request(
+                                LIST_OFFSETS,
+                                "ListOffsetsTopic",
+                                name=topic,
+                                partitions=(request_partition,),
+                            ),
+                        ),
+                        timeout=timedelta(milliseconds=self.request_timeout_ms),
+                    )
+                )
+                result = response.topics[0].partitions[0]
+                check(result.error_code, None, f"{topic}-{partition}")
+                return result.offset
+            except Exception as e:
+                self.forget_route(topic, e)
+                raise
+
+        return await self.retrying(attempt)
+
+    async def _fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        isolation: int,
+        max_bytes: int,
+        max_records: int | None,
+    ) -> FetchedChunk:
+        async def attempt() -> FetchedChunk:
+            try:
+                return await self._fetch_once(
+                    topic, partition, offset, isolation, max_bytes, max_records
+                )
+            except Exception as e:
+                self.forget_route(topic, e)
+                raise
+
+        return await self.retrying(attempt)
+
+    async def _fetch_once(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        isolation: int,
+        max_bytes: int,
+        max_records: int | None,
+    ) -> FetchedChunk:
+        route, leader = await self.leader(topic, partition)
+        session = await self.session(leader)
+        while True:
+            data = await self._send_fetch(
+                session, topic, route.topic_id, partition, offset, isolation, max_bytes
+            )
+            check(data.error_code, None, f"{topic}-{partition}")
+            end = data.last_stable_offset if isolation else data.high_watermark
+            if end < 0:  # a broker that does not report the LSO
+                end = data.high_watermark
+            raw = data.records or b""
+            chunk = _decode(
+                topic, partition, offset, raw, data.aborted_transactions, isolation, max_records
+            )
+            chunk.end_offset = end
+            if chunk.next_offset > offset or offset >= end or max_bytes >= _MAX_FETCH_BYTES:
+                if chunk.next_offset < offset:
+                    chunk.next_offset = offset
+                return chunk
+            # Bytes came but not a whole entry: a broker that keeps to max_bytes strictly
+            # (Kafka returns the first batch whole, KIP-74) needs room for it.
+            max_bytes = min(max(max_bytes * 2, len(raw) * 2), _MAX_FETCH_BYTES)
+
+    async def _send_fetch(
+        self,
+        session: Any,
+        topic: str,
+        topic_id: Any,
+        partition: int,
+        offset: int,
+        isolation: int,
+        max_bytes: int,
+    ) -> Any:
+        request_partition = session.request(
+            FETCH,
+            "FetchPartition",
+            partition=partition,
+            current_leader_epoch=-1,
+            fetch_offset=offset,
+            last_fetched_epoch=-1,
+            log_start_offset=-1,
+            partition_max_bytes=max_bytes,
+        )
+        response = await session.send(
+            session.request(
+                FETCH,
+                "FetchRequest",
+                replica_id=-1,
+                max_wait=timedelta(0),
+                min_bytes=0,
+                max_bytes=max_bytes,
+                isolation_level=isolation,
+                session_id=0,
+                session_epoch=-1,  # sessionless: a full fetch the broker keeps nothing for
+                topics=(
+                    session.request(
+                        FETCH,
+                        "FetchTopic",
+                        topic=topic,
+                        topic_id=topic_id,
+                        partitions=(request_partition,),
+                    ),
+                ),
+                forgotten_topics_data=(),
+                rack_id="",
+            )
+        )
+        check(response.error_code, None, topic)
+        for t in response.responses:
+            for p in t.partitions:
+                if p.partition_index == partition:
+                    return p
+        raise KafkaAdminError.from_code(
+            ErrorCode.unknown_topic_or_partition,
+            "not in the fetch response",
+            f"{topic}-{partition}",
+        )
+
+
+def _isolation(name: str) -> int:
+    try:
+        return ISOLATION_LEVELS[name]
+    except KeyError:
+        raise ValueError(f"isolation.level must be one of {', '.join(ISOLATION_LEVELS)}") from None
+
+
+def _decode(
+    topic: str,
+    partition: int,
+    fetch_offset: int,
+    raw: bytes | memoryview,
+    aborted: Sequence[Any] | None,
+    isolation: int,
+    max_records: int | None,
+) -> FetchedChunk:
+    """A consumer's reading of a partition's fetched bytes (Kafka's CompletedFetch): a partial
+    entry at the end is left for the next fetch."""
+    chunk = FetchedChunk(next_offset=fetch_offset)
+    # read_committed: the aborted transactions whose first offset the batches reached, by
+    # producer; an ABORT marker ends one.
+    pending = sorted((a.first_offset, a.producer_id) for a in aborted or ()) if isolation else []
+    aborting: set[int] = set()
+    view = memoryview(raw)
+    try:
+        for pos, header in iter_batches(view):
+            if max_records is not None and len(chunk.records) >= max_records:
+                break
+            entry = view[pos : pos + header.size]
+            if header.magic != MAGIC_V2:
+                _add_legacy(chunk, topic, partition, fetch_offset, entry, max_records)
+                continue
+            while pending and pending[0][0] <= header.last_offset:
+                aborting.add(heapq.heappop(pending)[1])
+            if header.is_control:
+                if header.producer_id in aborting and _is_abort_marker(entry):
+                    aborting.discard(header.producer_id)
+                chunk.next_offset = max(chunk.next_offset, header.next_offset)
+                continue
+            if header.is_transactional and header.producer_id in aborting:
+                chunk.next_offset = max(chunk.next_offset, header.next_offset)
+                continue
+            _add_batch(chunk, topic, partition, fetch_offset, header, entry, max_records)
+    except InvalidRecordError as e:
+        raise KafkaAdminError.from_code(e.error_code, str(e), f"{topic}-{partition}") from e
+    return chunk
+
+
+def _add_batch(
+    chunk: FetchedChunk,
+    topic: str,
+    partition: int,
+    fetch_offset: int,
+    header: BatchHeader,
+    entry: memoryview,
+    max_records: int | None,
+) -> None:
+    _, records = decode_batch(entry)
+    for record in records:
+        offset = header.record_offset(record)
+        if offset < fetch_offset:
+            continue  # the batch began before the requested offset
+        if max_records is not None and len(chunk.records) >= max_records:
+            return
+        chunk.records.append(
+            ConsumerRecord(
+                topic,
+                partition,
+                offset,
+                header.record_timestamp(record),
+                header.timestamp_type,
+                record.key,
+                record.value,
+                list(record.headers),
+            )
+        )
+        chunk.next_offset = offset + 1
+    # Every record of the batch is read: compaction may have left holes past its last one.
+    chunk.next_offset = max(chunk.next_offset, header.next_offset)
+
+
+def _add_legacy(
+    chunk: FetchedChunk,
+    topic: str,
+    partition: int,
+    fetch_offset: int,
+    entry: memoryview,
+    max_records: int | None,
+) -> None:
+    messages = decode_message_set(entry)
+    for m in messages:
+        if m.offset < fetch_offset:
+            continue
+        if max_records is not None and len(chunk.records) >= max_records:
+            return
+        chunk.records.append(
+            ConsumerRecord(
+                topic,
+                partition,
+                m.offset,
+                m.timestamp,
+                NO_TIMESTAMP_TYPE if m.magic == MAGIC_V0 else m.timestamp_type,
+                m.key,
+                m.value,
+                [],
+            )
+        )
+        chunk.next_offset = m.offset + 1
+    if messages:
+        chunk.next_offset = max(chunk.next_offset, messages[-1].offset + 1)
+
+
+def _is_abort_marker(entry: memoryview) -> bool:
+    _, records = decode_batch(entry)
+    if not records:
+        return False
+    try:
+        control_type, _ = parse_marker(records[0].key, records[0].value)
+    except InvalidRecordError:
+        return False  # a control record of a kind this client does not know: skipped
+    return control_type == ABORT

@@ -1,0 +1,12 @@
+"""Settings of `make test`: the real PostgreSQL and Redis of DEVELOPERS.md, unless the
+environment names others. pytest-django creates and drops its own test database on that
+server."""
+
+import os
+
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/fjord")
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/1")
+# Samples are taken by the tests themselves (api.sampling), not by a beat no test runs.
+os.environ.setdefault("FJORD_SAMPLER", "beat")
+
+from control.settings import *  # noqa: E402,F403

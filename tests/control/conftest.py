@@ -1,0 +1,103 @@
+"""Fixtures of the control-plane tests: a real broker process with its metrics endpoint, the
+control plane pointed at it, users of each role and API clients authenticated with their
+tokens. The database is pytest-django's, on the real PostgreSQL (control/settings_test.py)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from broker_process import BrokerProcess, free_port
+from django.contrib.auth.models import Group, User
+from django.test import Client
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from api import kafka
+from api.permissions import ADMIN, OPERATOR, VIEWER
+
+
+@pytest.fixture
+def client():
+    # tests/conftest.py's broker `client` would otherwise shadow pytest-django's.
+    return Client()
+
+
+@pytest.fixture(scope="session")
+def control_broker(tmp_path_factory):
+    """One broker process for the control-plane tests, with its Prometheus endpoint."""
+    metrics_port = free_port()
+    proc = BrokerProcess(
+        tmp_path_factory.mktemp("control-kafka-logs"),
+        f"metrics.listener=http://127.0.0.1:{metrics_port}/metrics",
+    ).start()
+    proc.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+    yield proc
+    assert proc.stop() == 0, "".join(proc.output)
+
+
+@pytest.fixture
+def broker_settings(settings, control_broker):
+    """The control plane pointed at control_broker, with fresh clients."""
+    settings.FJORD_BOOTSTRAP = control_broker.bootstrap
+    settings.FJORD_METRICS_URL = control_broker.metrics_url
+    kafka.reset()
+    yield control_broker
+    kafka.reset()
+
+
+@pytest.fixture
+def unique():
+    """A name no other test uses: tests share the broker."""
+    return lambda prefix="t": f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def make_user(username: str, role: str | None) -> User:
+    user = User.objects.create_user(username, password=f"{username}-pw-Secret1")
+    if role is not None:
+        user.groups.add(Group.objects.get(name=role))
+    return user
+
+
+@pytest.fixture
+def viewer(db):
+    return make_user("vera", VIEWER)
+
+
+@pytest.fixture
+def operator(db):
+    return make_user("otto", OPERATOR)
+
+
+@pytest.fixture
+def admin_user(db):
+    return make_user("ada", ADMIN)
+
+
+def token_client(user: User) -> APIClient:
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    return api
+
+
+@pytest.fixture
+def viewer_api(viewer):
+    return token_client(viewer)
+
+
+@pytest.fixture
+def operator_api(operator):
+    return token_client(operator)
+
+
+@pytest.fixture
+def admin_api(admin_user):
+    return token_client(admin_user)
+
+
+@pytest.fixture
+def admin_browser(admin_user):
+    """A Django test client logged in with a session, as the console is used."""
+    browser = Client()
+    browser.force_login(admin_user)
+    return browser

@@ -1,0 +1,1 @@
+"""Console pages, one module per resource; webui/urls.py routes them."""
