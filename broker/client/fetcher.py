@@ -9,6 +9,7 @@ control batches skipped, and in read_committed the records of aborted transactio
 from __future__ import annotations
 
 import heapq
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -19,7 +20,7 @@ from kio.schema.errors import ErrorCode
 from broker.client.errors import KafkaAdminError, check
 from broker.client.models import ConsumerRecord
 from broker.client.producer import RoutingClient
-from broker.client.session import Security
+from broker.client.session import Security, Session
 from broker.records.batch import MAGIC_V2, BatchHeader, decode_batch, iter_batches
 from broker.records.control import ABORT, parse_marker
 from broker.records.errors import InvalidRecordError
@@ -209,8 +210,6 @@ class PartitionReader(RoutingClient):
             )
             chunk.end_offset = end
             if chunk.next_offset > offset or offset >= end or max_bytes >= _MAX_FETCH_BYTES:
-                if chunk.next_offset < offset:
-                    chunk.next_offset = offset
                 return chunk
             # Bytes came but not a whole entry: a broker that keeps to max_bytes strictly
             # (Kafka returns the first batch whole, KIP-74) needs room for it.
@@ -218,9 +217,9 @@ class PartitionReader(RoutingClient):
 
     async def _send_fetch(
         self,
-        session: Any,
+        session: Session,
         topic: str,
-        topic_id: Any,
+        topic_id: uuid.UUID | None,
         partition: int,
         offset: int,
         isolation: int,

@@ -1,0 +1,185 @@
+"""The asyncio Producer against a real broker process, judged by librdkafka: what it writes
+confluent-kafka reads back (keys, headers, every codec), and keyed records land on the
+partition librdkafka's murmur2_random partitioner picks for the same key."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Producer as ConfluentProducer
+from kio.schema.errors import ErrorCode
+
+from broker.client import AdminClient, KafkaAdminError, PartitionReader, Producer, RecordMetadata
+from broker.client.models import NewTopic
+from broker.client.producer import murmur2, partition_for_key
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def topic_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+async def create_topic(bootstrap: str, partitions: int = 1, **configs: str) -> str:
+    name = topic_name("producer")
+    async with AdminClient(bootstrap) as admin:
+        await admin.create_topics([NewTopic(name, partitions, 1, configs)])
+    return name
+
+
+def consume(bootstrap: str, topic: str, partition: int, count: int) -> list:
+    """`count` messages of one partition from offset 0, read by librdkafka."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "fjord-producer-test",  # required; no group API is called
+            "enable.auto.commit": False,
+            "auto.offset.reset": "error",
+            "check.crcs": True,
+        }
+    )
+    try:
+        c.assign([TopicPartition(topic, partition, 0)])
+        messages: list = []
+        deadline = time.monotonic() + 60
+        while len(messages) < count and time.monotonic() < deadline:
+            m = c.poll(1)
+            if m is None:
+                continue
+            assert m.error() is None, m.error()
+            messages.append(m)
+        assert len(messages) == count
+        return messages
+    finally:
+        c.close()
+
+
+def raises(code: ErrorCode):
+    return pytest.raises(KafkaAdminError, match=code.name.upper())
+
+
+async def test_key_value_headers_round_trip_through_librdkafka(broker_process):
+    bootstrap = broker_process.bootstrap
+    topic = await create_topic(bootstrap, 2)
+    ts = int(time.time() * 1000) - 60_000
+    sent = [
+        (b"k1", b"v1", [("h", b"1"), ("h", b"2"), ("empty", b"")]),
+        (None, b"no key", []),
+        (b"no value", None, [("null", None)]),
+        (b"", b"", []),
+        (bytes(range(256)), "ünïcødé".encode(), [("ü", b"\x00\xff")]),
+    ]
+    async with Producer(bootstrap) as producer:
+        metas = [
+            await producer.send(
+                topic, value, key, partition=1, headers=headers, timestamp_ms=ts + i
+            )
+            for i, (key, value, headers) in enumerate(sent)
+        ]
+    assert metas == [RecordMetadata(topic, 1, i, ts + i) for i in range(len(sent))]
+    got = consume(bootstrap, topic, 1, len(sent))
+    for i, (m, (key, value, headers)) in enumerate(zip(got, sent, strict=True)):
+        assert (m.offset(), m.key(), m.value(), m.timestamp()[1]) == (i, key, value, ts + i)
+        assert (m.headers() or []) == headers
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+async def test_compressed_records_read_by_librdkafka(broker_process, codec):
+    bootstrap = broker_process.bootstrap
+    topic = await create_topic(bootstrap)
+    value = b"compressible " * 500
+    async with Producer(bootstrap, compression_type=codec) as producer:
+        for i in range(3):
+            meta = await producer.send(topic, value + bytes([i]), key=b"k%d" % i, partition=0)
+            assert meta.offset == i
+    got = consume(bootstrap, topic, 0, 3)
+    assert [(m.key(), m.value()) for m in got] == [
+        (b"k%d" % i, value + bytes([i])) for i in range(3)
+    ]
+
+
+async def test_keyed_records_go_where_librdkafka_murmur2_random_puts_them(broker_process):
+    bootstrap = broker_process.bootstrap
+    partitions = 7
+    topic = await create_topic(bootstrap, partitions)
+    keys = [b"", b"a", b"ab", b"abc", b"abcd", b"kafka", *(f"key-{i}".encode() for i in range(40))]
+    theirs: dict[bytes, int] = {}
+
+    def delivered(err, msg):
+        assert err is None, err
+        theirs[msg.key()] = msg.partition()
+
+    p = ConfluentProducer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
+    for key in keys:
+        p.produce(topic, b"librdkafka", key, on_delivery=delivered)
+    assert p.flush(30) == 0
+    assert len(theirs) == len(keys)
+
+    async with Producer(bootstrap) as producer:
+        ours = {key: (await producer.send(topic, b"fjord", key)).partition for key in keys}
+    assert ours == theirs
+    assert len(set(ours.values())) > 1
+    assert {key: partition_for_key(key, partitions) for key in keys} == theirs
+
+
+def test_murmur2_matches_kafka():
+    # The vectors of librdkafka's rd_murmur2 unit test (Java-compatible murmur2).
+    cases = {
+        b"kafka": 0xD067CF64,
+        b"giberish123456789": 0x8F552B0C,
+        b"1234": 0x9FC97B14,
+        b"234": 0xE7C009CA,
+        b"34": 0x873930DA,
+        b"4": 0x5A4B5CA1,
+        b"": 0x106E08D9,
+    }
+    assert {k: murmur2(k) for k in cases} == cases
+
+
+async def test_null_keys_spread_over_every_partition(broker_process):
+    bootstrap = broker_process.bootstrap
+    topic = await create_topic(bootstrap, 3)
+    async with Producer(bootstrap) as producer:
+        metas = [await producer.send(topic, b"v%d" % i) for i in range(6)]
+    assert sorted(m.partition for m in metas) == [0, 0, 1, 1, 2, 2]
+    assert sorted(m.offset for m in metas) == [0, 0, 0, 1, 1, 1]
+
+
+async def test_log_append_time_topic_reports_the_brokers_timestamp(broker_process):
+    bootstrap = broker_process.bootstrap
+    topic = await create_topic(bootstrap, **{"message.timestamp.type": "LogAppendTime"})
+    create_time = int(time.time() * 1000) - 3_600_000
+    async with Producer(bootstrap) as producer:
+        meta = await producer.send(topic, b"v", timestamp_ms=create_time)
+    assert meta.timestamp_ms != create_time
+    async with PartitionReader(bootstrap) as reader:
+        [record] = await reader.read(topic, 0, offset=0)
+    assert (record.timestamp_ms, record.timestamp_type) == (meta.timestamp_ms, 1)
+
+
+async def test_unknown_topic_and_partition(broker_process):
+    bootstrap = broker_process.bootstrap
+    topic = await create_topic(bootstrap, 2)
+    async with Producer(bootstrap) as producer:
+        with raises(ErrorCode.unknown_topic_or_partition):
+            await producer.send(topic_name("missing"), b"v")
+        with raises(ErrorCode.unknown_topic_or_partition):
+            await producer.send(topic, b"v", partition=2)
+        # The failures leave the producer usable.
+        assert (await producer.send(topic, b"v", partition=1)).offset == 0
+
+
+async def test_too_large_record_is_the_brokers_error(broker_process):
+    bootstrap = broker_process.bootstrap
+    topic = await create_topic(bootstrap, **{"max.message.bytes": "1000"})
+    async with Producer(bootstrap) as producer:
+        with raises(ErrorCode.message_too_large):
+            await producer.send(topic, b"x" * 5000)
+
+
+def test_bad_compression_type_is_refused():
+    with pytest.raises(ValueError, match="compression.type"):
+        Producer("127.0.0.1:9092", compression_type="brotli")
