@@ -20,14 +20,15 @@ $(TEST_STAMP): $(STAMP) requirements-test.txt
 	$(PIP) install -q -r requirements-test.txt
 	touch $@
 
-# Debian packages the compat tests drive (kcat). Installed only where missing.
+# Debian packages the tests drive: kcat (compat tests) and chromium (the console's browser
+# tests, through Playwright). Installed only where missing.
 system-deps:
-	@command -v kcat >/dev/null 2>&1 || { \
-	  echo "installing kcat (Debian package)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
+	@missing=""; command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
+	  command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	  if [ -n "$$missing" ]; then echo "installing$$missing (Debian packages)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
 run: setup
-	$(PY) manage.py migrate --noinput
 	$(PY) -m control.launch
 
 # PostgreSQL and Redis are real: the local ones, or throwaway ones started where none answers.

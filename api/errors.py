@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.defaults import page_not_found
 from kio.schema.errors import ErrorCode
 from rest_framework import status
 from rest_framework.response import Response
@@ -102,3 +104,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             status=status.HTTP_504_GATEWAY_TIMEOUT,
         )
     return drf_exception_handler(exc, context)
+
+
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """Django's 404 handler: JSON under /api/, where no route matched (an id a lookup pattern
+    refuses), as DRF answers inside a route; the site's page elsewhere."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": "Not found."}, status=status.HTTP_404_NOT_FOUND)
+    return page_not_found(request, exception)

@@ -1,9 +1,10 @@
-"""Run the whole Fjord platform on one machine: what `make run` starts after `migrate`.
+"""Run the whole Fjord platform on one machine: what `make run` starts.
 
     python -m control.launch [--override key=value ...]
 
 Starts the broker (its --override options follow the launcher's own and so win), the ASGI
-web server and, when REDIS_URL is set, a Celery worker and beat. Each child's output is
+web server, a Celery worker and beat (over Redis when REDIS_URL is set, over files under var/
+otherwise), after making sure a first admin can log in. Each child's output is
 forwarded line by line under its name. SIGINT and SIGTERM are forwarded to the children; a
 second one kills them. If a child exits on its own the others are stopped and the launcher
 exits 1.
@@ -23,7 +24,9 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TextIO
 
+import django
 from django.conf import settings
+from django.core.management import call_command
 
 # Long enough for the broker to flush and close its logs, short enough for a hung child.
 STOP_GRACE_SECONDS = 20.0
@@ -164,6 +167,10 @@ def platform_children(web_port: str, broker_overrides: Sequence[str]) -> list[Ch
         f"log.dirs={settings.VAR_DIR / 'kafka-logs'}",
         f"listeners=PLAINTEXT://{bootstrap}",
         f"metrics.listener={settings.FJORD_METRICS_URL}",
+        # ACLs can be managed from the console from the start; until a resource has one,
+        # everybody may use it, as on a broker without an authorizer.
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "allow.everyone.if.no.acl.found=true",
         *broker_overrides,
     ]
     broker_argv = [sys.executable, "-m", "broker"]
@@ -190,12 +197,11 @@ def platform_children(web_port: str, broker_overrides: Sequence[str]) -> list[Ch
             ),
         ),
     ]
-    if settings.REDIS_URL:
-        celery = [sys.executable, "-m", "celery", "-A", "control"]
-        children += [
-            Child("worker", [*celery, "worker", "--loglevel", "INFO"]),
-            Child("beat", [*celery, "beat", "--loglevel", "INFO"]),
-        ]
+    celery = [sys.executable, "-m", "celery", "-A", "control"]
+    children += [
+        Child("worker", [*celery, "worker", "--loglevel", "INFO"]),
+        Child("beat", [*celery, "beat", "--loglevel", "INFO"]),
+    ]
     return children
 
 
@@ -212,11 +218,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
+    django.setup()
+    call_command("migrate", interactive=False, verbosity=0)
+    call_command("ensure_admin", stdout=PrefixedStdout())
     children = platform_children(os.environ.get("FJORD_WEB_PORT", "8000"), args.override)
     print(f"fjord: starting {', '.join(child.name for child in children)}", flush=True)
     if not settings.REDIS_URL:
-        print("fjord: REDIS_URL is not set, so no Celery worker or beat runs", flush=True)
+        print(
+            "fjord: REDIS_URL is not set: Celery queues under var/celery, SQLite holds the rest",
+            flush=True,
+        )
     return Supervisor(children).run()
+
+
+class PrefixedStdout:
+    """A management command's output, under the launcher's own prefix."""
+
+    def write(self, text: str) -> None:
+        for line in text.splitlines():
+            print(f"fjord: {line}", flush=True)
+
+    def flush(self) -> None:
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":

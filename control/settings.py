@@ -11,8 +11,10 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = BASE_DIR / "var"
-VAR_DIR.mkdir(exist_ok=True)
+# Where a single-machine installation keeps its files: SQLite, the broker's logs under
+# `make run`, Celery's file queue and beat schedule, exports. One variable moves them all.
+VAR_DIR = Path(os.environ.get("FJORD_VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 
 def _env_list(name: str) -> list[str]:
@@ -88,6 +90,17 @@ ASGI_APPLICATION = "control.asgi.application"
 DATABASES = {
     "default": dj_database_url.config(default=f"sqlite:///{VAR_DIR / 'control.sqlite3'}"),
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The web process, the worker and beat all write (audit, metric history, job progress):
+    # WAL lets readers run beside a writer, IMMEDIATE transactions queue writers instead of
+    # failing them with "database is locked".
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "timeout": 20,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -148,6 +161,9 @@ SPECTACULAR_SETTINGS = {
     "Admin protocol.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema and its docs describe the API, not the cluster: automation fetches them
+    # before it has a token.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     # Swagger UI and Redoc from drf-spectacular-sidecar's static files, never a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -181,8 +197,12 @@ if not REDIS_URL:
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(CELERY_QUEUE_DIR),
         "data_folder_out": str(CELERY_QUEUE_DIR),
+        "control_folder": str(CELERY_QUEUE_DIR),
         "store_processed": False,
     }
+if not REDIS_URL:
+    # Remote control broadcasts over the queue, which the file transport cannot fan out.
+    CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
 # Job state and progress live in the database (api.models.Job), so no result backend is kept.
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = TIME_ZONE

@@ -10,3 +10,7 @@ os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/1")
 os.environ.setdefault("FJORD_SAMPLER", "beat")
 
 from control.settings import *  # noqa: E402,F403
+
+# A test database per pytest process: runs side by side (a developer's and CI's) must not
+# drop each other's.
+DATABASES["default"]["TEST"] = {"NAME": f"test_fjord_{os.getpid()}"}  # noqa: F405

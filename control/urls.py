@@ -6,3 +6,5 @@ urlpatterns = [
     path("api/v1/", include("api.urls")),
     path("", include("webui.urls")),
 ]
+
+handler404 = "api.errors.not_found"

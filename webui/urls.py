@@ -1,7 +1,17 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from webui.views import home
+from webui.views import (  # one module per console section (topics, security, jobs, ...)
+    acls,
+    audit,
+    cluster,
+    groups,
+    home,
+    jobs,
+    topics,
+    transactions,
+    users,
+)
 
 app_name = "webui"
 
@@ -16,11 +26,44 @@ urlpatterns = [
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     # --- topics, records, cluster (owner: topics) ---
+    path("topics/", topics.topic_list, name="topic-list"),
+    path("create-topic/", topics.topic_create, name="topic-create"),
+    path("topics/<topic:name>/", topics.topic_detail, name="topic-detail"),
+    path("topics/<topic:name>/delete/", topics.topic_delete, name="topic-delete"),
+    path("topics/<topic:name>/configs/", topics.topic_configs, name="topic-configs"),
+    path("topics/<topic:name>/partitions/", topics.topic_partitions, name="topic-partitions"),
+    path("topics/<topic:name>/records/", topics.topic_records, name="topic-records"),
+    path("cluster/", cluster.cluster, name="cluster"),
+    path("cluster/brokers/<int:broker_id>/configs/", cluster.broker_configs, name="broker-configs"),
     # --- end topics ---
     # --- acls, groups, transactions, users, audit (owner: security) ---
+    path("acls/", acls.acl_list, name="acl-list"),
+    path("acls/new/", acls.acl_create, name="acl-create"),
+    path("acls/delete/", acls.acl_delete, name="acl-delete"),
+    path("groups/", groups.group_list, name="group-list"),
+    path("groups/<kafka_id:group_id>/", groups.group_detail, name="group-detail"),
+    path("groups/<kafka_id:group_id>/reset/", groups.group_reset, name="group-reset"),
+    path("groups/<kafka_id:group_id>/configs/", groups.group_configs_page, name="group-configs"),
+    path("groups/<kafka_id:group_id>/delete/", groups.group_delete, name="group-delete"),
+    path("transactions/", transactions.transaction_list, name="transaction-list"),
+    path(
+        "transactions/producers/", transactions.transaction_producers, name="transaction-producers"
+    ),
+    path("transactions/abort/", transactions.transaction_abort, name="transaction-abort"),
+    path(
+        "transactions/id/<kafka_id:transactional_id>/",
+        transactions.transaction_detail,
+        name="transaction-detail",
+    ),
+    path("users/", users.user_list, name="user-list"),
+    path("users/new/", users.user_create, name="user-create"),
+    path("users/<kafka_id:name>/delete/", users.user_delete, name="user-delete"),
+    path("audit/", audit.audit_list, name="audit-list"),
     # --- end security ---
     # --- dashboards (owner: dashboards) ---
     # --- end dashboards ---
     # --- jobs (owner: jobs) ---
+    path("jobs/", jobs.job_list, name="job-list"),
+    path("jobs/<uuid:pk>/", jobs.job_detail, name="job-detail"),
     # --- end jobs ---
 ]

@@ -1,9 +1,11 @@
+from drf_spectacular.utils import extend_schema
 from rest_framework import viewsets
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api.probes import broker_reachability
+from api.serializers.health import HealthSerializer
 
 
 class HealthViewSet(viewsets.ViewSet):
@@ -13,5 +15,6 @@ class HealthViewSet(viewsets.ViewSet):
     authentication_classes = []
     permission_classes = [AllowAny]
 
+    @extend_schema(responses=HealthSerializer)
     def list(self, request: Request) -> Response:
         return Response({"status": "ok", "broker": broker_reachability()})

@@ -66,3 +66,14 @@ def test_rest_of_the_api_needs_a_login(client):
 
     assert response.status_code == 401
     assert response["WWW-Authenticate"] == "Token"
+
+
+@pytest.mark.django_db
+def test_an_unrouted_api_path_is_a_json_404(client, settings):
+    settings.DEBUG = False
+
+    response = client.get("/api/v1/groups/a%01b/")
+
+    assert response.status_code == 404
+    assert response.json() == {"detail": "Not found."}
+    assert client.get("/no-such-page/")["Content-Type"].startswith("text/html")

@@ -4,6 +4,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -95,7 +96,7 @@ def test_the_broker_listens_where_the_control_plane_looks(settings, tmp_path):
 
     children = platform_children("8123", [f"log.dirs={tmp_path}"])
 
-    assert [child.name for child in children] == ["broker", "web"]
+    assert [child.name for child in children] == ["broker", "web", "worker", "beat"]
     broker_argv = children[0].argv
     assert broker_argv[:3] == [sys.executable, "-m", "broker"]
     overrides = broker_argv[4::2]
@@ -104,14 +105,6 @@ def test_the_broker_listens_where_the_control_plane_looks(settings, tmp_path):
     # The caller's overrides come last, so the broker lets them win.
     assert overrides[-1] == f"log.dirs={tmp_path}"
     assert children[1].argv[-3:] == ["-p", "8123", "control.asgi:application"]
-
-
-def test_celery_worker_and_beat_run_only_with_redis(settings):
-    settings.REDIS_URL = "redis://127.0.0.1:6379/0"
-
-    names = [child.name for child in platform_children("8000", [])]
-
-    assert names == ["broker", "web", "worker", "beat"]
 
 
 def free_port() -> int:
@@ -128,12 +121,15 @@ def test_launch_runs_broker_and_console_until_stopped(tmp_path):
     kafka_port, metrics_port, web_port = free_port(), free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "DATABASE_URL"}}
     env |= {
+        # What `make run` gets: the plain settings, SQLite (here a throwaway one), no Redis.
+        "DJANGO_SETTINGS_MODULE": "control.settings",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'control.sqlite3'}",
         "FJORD_BOOTSTRAP": f"127.0.0.1:{kafka_port}",
         "FJORD_METRICS_URL": f"http://127.0.0.1:{metrics_port}/metrics",
         "FJORD_WEB_PORT": str(web_port),
     }
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "control.launch", "--override", f"log.dirs={tmp_path}"],
+        [sys.executable, "-m", "control.launch", "--override", f"log.dirs={tmp_path / 'logs'}"],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
@@ -143,13 +139,20 @@ def test_launch_runs_broker_and_console_until_stopped(tmp_path):
         announced = []
         for line in launcher.stdout:
             if line.startswith(
-                ("fjord: broker listening", "fjord: broker started", "fjord: console")
+                (
+                    "fjord: broker listening",
+                    "fjord: broker started",
+                    "fjord: console",
+                    "fjord: first admin login",
+                )
             ):
                 announced.append(line.strip())
-            if len(announced) == 2:
+            if len(announced) == 3:
                 break
-        assert len(announced) == 2, f"launcher ended early: {announced}"
+        assert len(announced) == 3, f"launcher ended early: {announced}"
         assert f"fjord: console at http://127.0.0.1:{web_port}/" in announced
+        login = next(line for line in announced if "first admin login" in line)
+        assert re.fullmatch(r"fjord: first admin login: admin / \S{12,}", login)
 
         with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/api/v1/health/") as response:
             health = json.load(response)

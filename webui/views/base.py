@@ -12,9 +12,9 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Page, Paginator
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 
-from api import kafka
+from api import audit, kafka
 from api.errors import kafka_error_body
 from api.kafka import BrokerUnavailable
 from api.permissions import VIEWER, has_role
@@ -70,6 +70,33 @@ def paginate(request: HttpRequest, items: Sequence[T], key: Callable[[T], str]) 
     term = request.GET.get("q", "").strip()
     paginator = Paginator(search(items, term, key), PAGE_SIZE)
     return paginator.get_page(request.GET.get("page")), term
+
+
+def confirmed_call(
+    request: HttpRequest,
+    operation: Callable[[Any], Any],
+    *,
+    resource: str,
+    done: str,
+    success_url: str,
+    cancel_url: str,
+    title: str,
+    message: str,
+    action_label: str,
+) -> HttpResponse:
+    """A destructive broker call behind a confirmation page: GET asks, POST calls and
+    redirects to success_url, or back to cancel_url with the Kafka error shown."""
+    if request.method != "POST":
+        return confirm(
+            request, title=title, message=message, action_label=action_label, cancel_url=cancel_url
+        )
+    audit.note(request, resource=resource)
+    try:
+        broker_call(request, operation)
+    except BrokerCallFailed:
+        return redirect(cancel_url)
+    messages.success(request, done)
+    return redirect(success_url)
 
 
 def confirm(

@@ -1,0 +1,131 @@
+"""The broker's metrics as the dashboards see them: the latest snapshot (api.metrics) and
+series of its scalar values over time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from api.metrics import SCALAR_FIELDS
+
+MAX_POINTS = 2000
+DEFAULT_POINTS = 600
+DEFAULT_WINDOW_SECONDS = 600
+
+
+class PartitionOffsetsSerializer(serializers.Serializer):
+    topic = serializers.CharField()
+    partition = serializers.IntegerField()
+    log_start_offset = serializers.IntegerField()
+    high_watermark = serializers.IntegerField()
+    last_stable_offset = serializers.IntegerField(
+        help_text="Below the high watermark while a transaction is open on the partition."
+    )
+
+
+class TopicPartitionSerializer(serializers.Serializer):
+    topic = serializers.CharField()
+    partition = serializers.IntegerField()
+
+
+class OngoingTransactionSerializer(serializers.Serializer):
+    transactional_id = serializers.CharField()
+    producer_id = serializers.IntegerField()
+    producer_epoch = serializers.IntegerField()
+    state = serializers.CharField()
+    age_seconds = serializers.FloatField()
+    timeout_ms = serializers.IntegerField()
+    hanging = serializers.BooleanField(
+        help_text="Open longer than its transaction timeout: the coordinator should have "
+        "aborted it."
+    )
+    partitions = TopicPartitionSerializer(many=True)
+
+
+class ApiRequestsSerializer(serializers.Serializer):
+    requests_total = serializers.IntegerField()
+    requests_per_second = serializers.FloatField(allow_null=True)
+    latency_ms = serializers.FloatField(
+        allow_null=True, help_text="Mean latency of the requests since the previous sample."
+    )
+    bytes_in_per_second = serializers.FloatField(allow_null=True)
+    bytes_out_per_second = serializers.FloatField(allow_null=True)
+
+
+def _number(help_text: str) -> serializers.FloatField:
+    return serializers.FloatField(allow_null=True, required=False, help_text=help_text)
+
+
+class MetricSnapshotSerializer(serializers.Serializer):
+    """One sample; rates are null on the first sample after a gap."""
+
+    taken_at = serializers.DateTimeField()
+    broker = serializers.ChoiceField(
+        ["up", "unreachable"], help_text="Whether the metrics endpoint answered."
+    )
+    error = serializers.CharField(allow_null=True, required=False)
+    partitions = PartitionOffsetsSerializer(many=True, required=False)
+    transactions = OngoingTransactionSerializer(many=True, required=False)
+    transactions_error = serializers.CharField(allow_null=True, required=False)
+    producer_ids_live = _number("Producer ids with state, summed over the partitions.")
+    transactional_ids_active = _number("Transactional ids the coordinator holds state for.")
+    transactions_ongoing = _number("Transactions begun and not yet completed.")
+    transactions_oldest_age_seconds = _number("Age of the oldest open transaction.")
+    fetch_sessions_incremental = _number("Incremental fetch sessions cached (KIP-227).")
+    fetch_session_partitions_cached = _number("Partitions held by the cached fetch sessions.")
+    fetch_session_evictions_total = _number("Fetch sessions evicted since the broker started.")
+    fetch_session_evictions_per_second = _number("Evictions per second.")
+    bytes_in_per_second = _number("Bytes of Produce requests per second.")
+    bytes_out_per_second = _number("Bytes of Fetch responses per second.")
+    requests_per_second = _number("Requests per second, all APIs.")
+    partitions_behind = _number("Partitions whose last stable offset is below the high watermark.")
+    requests = serializers.DictField(child=ApiRequestsSerializer(), required=False)
+
+
+class HistoryQuerySerializer(serializers.Serializer):
+    since = serializers.DateTimeField(
+        required=False, help_text=f"Start (ISO 8601); default {DEFAULT_WINDOW_SECONDS} s ago."
+    )
+    until = serializers.DateTimeField(required=False, help_text="End (ISO 8601); default now.")
+    # The metaclass pops declared fields off the class, so this does not hide Serializer.fields.
+    fields = serializers.CharField(
+        required=False,
+        help_text="Comma-separated scalar fields; default all of: " + ", ".join(SCALAR_FIELDS),
+    )
+    points = serializers.IntegerField(
+        required=False,
+        min_value=2,
+        max_value=MAX_POINTS,
+        default=DEFAULT_POINTS,
+        help_text="At most this many points; longer ranges are downsampled evenly.",
+    )
+
+    def validate_fields(self, value: str) -> list[str]:
+        names = [name.strip() for name in value.split(",") if name.strip()]
+        unknown = [name for name in names if name not in SCALAR_FIELDS]
+        if unknown:
+            raise serializers.ValidationError(
+                f"Unknown field(s): {', '.join(unknown)}. Choose from: {', '.join(SCALAR_FIELDS)}."
+            )
+        if not names:
+            raise serializers.ValidationError("Name at least one field.")
+        return list(dict.fromkeys(names))
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        since, until = attrs.get("since"), attrs.get("until")
+        if since and until and since > until:
+            raise serializers.ValidationError({"until": "Must not be before since."})
+        return attrs
+
+
+class MetricHistorySerializer(serializers.Serializer):
+    """Columns: taken_at[i] is when series[field][i] was sampled."""
+
+    since = serializers.DateTimeField()
+    until = serializers.DateTimeField()
+    step = serializers.IntegerField(help_text="One stored sample in every `step` is shown.")
+    taken_at = serializers.ListField(child=serializers.DateTimeField())
+    series = serializers.DictField(
+        child=serializers.ListField(child=serializers.FloatField(allow_null=True))
+    )

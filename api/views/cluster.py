@@ -1,0 +1,97 @@
+"""/api/v1/cluster/ and /api/v1/brokers/: the cluster's brokers and their configs, as
+kafka-broker-api-versions and kafka-configs --entity-type brokers see them."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from api import audit, kafka
+from api.permissions import ADMIN
+from api.serializers.cluster import (
+    BrokerSerializer,
+    ClusterSerializer,
+    ConfigAlterSerializer,
+    ConfigEntrySerializer,
+)
+from api.views.base import BrokerViewSet
+from broker.client.models import ClusterDescription, ConfigEntry, ConfigResourceType, Node
+
+
+def describe_cluster() -> ClusterDescription:
+    return kafka.call(lambda admin: admin.describe_cluster())
+
+
+def find_broker(broker_id: int) -> Node:
+    """The broker with that node id, or a 404 (the control plane asks only brokers it knows)."""
+    for node in describe_cluster().brokers:
+        if node.node_id == broker_id:
+            return node
+    raise NotFound(f"No broker with id {broker_id} in the cluster.")
+
+
+def broker_configs(broker_id: int) -> list[ConfigEntry]:
+    return kafka.call(
+        lambda admin: admin.describe_configs(ConfigResourceType.BROKER, str(broker_id))
+    )
+
+
+class ClusterViewSet(BrokerViewSet):
+    """The cluster id, its controller and its brokers (DescribeCluster)."""
+
+    serializer_class = ClusterSerializer
+    pagination_class = None
+
+    def list(self, request: Request) -> Response:
+        return Response(ClusterSerializer(describe_cluster()).data)
+
+
+class BrokerNodeViewSet(BrokerViewSet):
+    """Brokers of the cluster and their configs; changing a broker config takes an admin."""
+
+    serializer_class = BrokerSerializer
+    lookup_field = "id"
+    lookup_value_regex = "[0-9]{1,10}"
+    action_roles = {"alter_configs": ADMIN}
+
+    def get_serializer_class(self):
+        return {
+            "configs": ConfigEntrySerializer,
+            "alter_configs": ConfigAlterSerializer,
+        }.get(self.action, BrokerSerializer)
+
+    def list(self, request: Request) -> Response:
+        return self.paginated(request, describe_cluster().brokers, BrokerSerializer)
+
+    def retrieve(self, request: Request, id: str) -> Response:
+        return Response(BrokerSerializer(find_broker(int(id))).data)
+
+    @extend_schema(responses=ConfigEntrySerializer(many=True))
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def configs(self, request: Request, id: str) -> Response:
+        node = find_broker(int(id))
+        return Response(ConfigEntrySerializer(broker_configs(node.node_id), many=True).data)
+
+    @extend_schema(request=ConfigAlterSerializer, responses=ConfigEntrySerializer(many=True))
+    @configs.mapping.patch
+    def alter_configs(self, request: Request, id: str) -> Response:
+        node = find_broker(int(id))
+        serializer = ConfigAlterSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        audit.note(
+            request,
+            resource=f"broker/{node.node_id}",
+            # Names only: broker configs include passwords and JAAS settings.
+            set=sorted(serializer.validated_data["set"]),
+            delete=serializer.validated_data["delete"],
+        )
+        ops = serializer.operations()
+        kafka.call(
+            lambda admin: admin.incremental_alter_configs(
+                ConfigResourceType.BROKER, str(node.node_id), ops
+            )
+        )
+        return Response(ConfigEntrySerializer(broker_configs(node.node_id), many=True).data)

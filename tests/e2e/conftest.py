@@ -1,0 +1,86 @@
+"""A platform and a real browser: Debian's chromium driven by Playwright. Screenshots are test
+artifacts under var/test-artifacts/ (FJORD_TEST_ARTIFACTS moves them)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+import redis
+from broker_process import REPO
+from platform_process import Platform
+
+CHROMIUM = "/usr/bin/chromium"
+# Without the background-networking flags chromium keeps dialling Google's hosts, which this
+# closed network refuses.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = Path(os.environ.get("FJORD_TEST_ARTIFACTS", REPO / "var" / "test-artifacts"))
+
+
+@pytest.fixture(scope="session")
+def platform_database():
+    """A PostgreSQL database of its own for the platform, dropped afterwards."""
+    name = f"fjord_e2e_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres", autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    yield f"postgres://postgres@127.0.0.1:5432/{name}"
+    with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres", autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def platform(tmp_path_factory, platform_database):
+    """The production shape: PostgreSQL, Redis (a database of its own), worker and beat."""
+    redis_url = "redis://127.0.0.1:6379/2"
+    redis.Redis.from_url(redis_url).flushdb()
+    running = Platform(
+        tmp_path_factory.mktemp("platform"), DATABASE_URL=platform_database, REDIS_URL=redis_url
+    ).start()
+    yield running
+    assert running.stop() == 0, "".join(running.output[-200:])
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: `make system-deps` installs Debian's chromium")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(chromium, request):
+    context = chromium.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    yield page
+    # The last state of every test, passed or failed, for whoever reads the run.
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{request.node.name}-last.png"), full_page=True)
+    context.close()
+
+
+@pytest.fixture
+def screenshot(page):
+    def take(name: str) -> Path:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        path = ARTIFACTS / f"{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        return path
+
+    return take

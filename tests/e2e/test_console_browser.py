@@ -1,0 +1,102 @@
+"""The console in a real browser against the whole platform: log in, create a topic, create a
+TRANSACTIONAL_ID ACL, and watch the live dashboard follow an open and then committed
+transaction without reloading."""
+
+from __future__ import annotations
+
+import re
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import (
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+from playwright.sync_api import Page, expect
+
+PARTITION_ROW = '[data-topic="{topic}"][data-partition="{partition}"]'
+
+
+def log_in(page: Page, platform) -> None:
+    page.goto(f"{platform.url}/")
+    expect(page).to_have_url(re.compile(r"/login/"))
+    page.fill("#id_username", platform.username)
+    page.fill("#id_password", platform.password)
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_role("link", name="Dashboard")).to_be_visible()
+
+
+def test_log_in_create_a_topic_and_a_transactional_id_acl(page, platform, screenshot):
+    page.goto(f"{platform.url}/login/")
+    screenshot("01-login")
+    log_in(page, platform)
+
+    page.get_by_role("link", name="Topics", exact=True).click()
+    page.fill("#id_name", "browser-orders")
+    page.fill("#id_partitions", "3")
+    page.get_by_role("button", name="Create topic").click()
+    expect(page.get_by_text("browser-orders").first).to_be_visible()
+    screenshot("02-topic-created")
+    admin = AdminClient({"bootstrap.servers": platform.bootstrap})
+    assert len(admin.list_topics(timeout=30).topics["browser-orders"].partitions) == 3
+
+    page.get_by_role("link", name="ACLs", exact=True).click()
+    page.get_by_role("link", name="Create ACL").click()
+    page.select_option("#id_resource_type", "TRANSACTIONAL_ID")
+    page.fill("#id_resource_name", "orders-app-")
+    page.select_option("#id_pattern_type", "PREFIXED")
+    page.fill("#id_principal", "User:alice")
+    page.select_option("#id_operation", "WRITE")
+    page.select_option("#id_permission_type", "ALLOW")
+    screenshot("03-acl-form")
+    page.get_by_role("button", name="Create ACL").click()
+    expect(page.get_by_text("orders-app-").first).to_be_visible()
+    screenshot("04-transactional-id-acl")
+    found = admin.describe_acls(
+        AclBindingFilter(
+            ResourceType.TRANSACTIONAL_ID,
+            None,
+            ResourcePatternType.ANY,
+            None,
+            None,
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        )
+    ).result(30)
+    assert [(b.name, b.principal, b.operation, b.resource_pattern_type) for b in found] == [
+        ("orders-app-", "User:alice", AclOperation.WRITE, ResourcePatternType.PREFIXED)
+    ]
+
+
+def test_live_dashboard_follows_a_transaction(page, platform, screenshot):
+    topic = "browser-payments"
+    admin = AdminClient({"bootstrap.servers": platform.bootstrap})
+    admin.create_topics([NewTopic(topic, 2)])[topic].result(30)
+    log_in(page, platform)
+    row = page.locator(PARTITION_ROW.format(topic=topic, partition=0))
+    expect(row).to_be_visible()
+    sample = page.locator("#last-sample").text_content()
+
+    producer = Producer({"bootstrap.servers": platform.bootstrap, "transactional.id": "browser-tx"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, f"payment {i}".encode(), partition=0)
+    producer.flush(30)
+
+    # The page is never reloaded: only websocket samples can move these cells.
+    expect(row.locator(".hw")).to_have_text("5")
+    expect(row.locator(".lso")).to_have_text("0")
+    expect(page.locator("#last-sample")).not_to_have_text(sample or "")
+    expect(page.locator(".hanging, [data-transactional-id='browser-tx']").first).to_be_visible()
+    screenshot("05-dashboard-open-transaction")
+
+    producer.commit_transaction(30)
+    # The commit marker takes an offset: LSO and HW meet past it.
+    expect(row.locator(".hw")).to_have_text("6")
+    expect(row.locator(".lso")).to_have_text("6")
+    screenshot("06-dashboard-committed")

@@ -1,0 +1,394 @@
+"""Console pages for topics: list and create, describe, configs, partitions, delete, and a
+records browser with a "produce test record" form. Input goes through the API's serializers,
+so a form shows exactly the field errors the REST API would answer."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import register_converter, reverse
+from rest_framework import serializers
+
+from api import audit
+from api.permissions import OPERATOR, has_role
+from api.serializers.topics import (
+    CONFIG_SOURCES,
+    DYNAMIC_SOURCES,
+    ConfigAlterSerializer,
+    PartitionsCreateSerializer,
+    RecordProduceSerializer,
+    RecordQuerySerializer,
+    RecordSerializer,
+    TopicCreateSerializer,
+    parse_config_lines,
+)
+from broker.client import PartitionReader, Producer
+from broker.client.models import ConfigEntry, ConfigResourceType, NewTopic
+from webui.views.base import (
+    BrokerCallFailed,
+    broker_call,
+    confirmed_call,
+    paginate,
+    role_required,
+)
+
+
+class TopicNameConverter:
+    """`<topic:name>` in webui/urls.py: the names a topic can have, dots included; any other
+    path is no topic's page (a 404 before the broker is asked)."""
+
+    regex = "[a-zA-Z0-9._-]{1,249}"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+# Registered on import: webui/urls.py imports this module before its patterns use it.
+register_converter(TopicNameConverter, "topic")
+
+
+def filled(post: Any, *fields: str) -> dict[str, str]:
+    """The form's non-empty fields: an empty input means "the default", as an absent JSON key."""
+    return {f: post[f] for f in fields if post.get(f, "").strip() != ""}
+
+
+def lines_field(data: dict[str, Any], errors: dict[str, Any], post: Any, field: str) -> None:
+    """A `key=value`-per-line textarea into data[field], or its errors into errors[field]."""
+    try:
+        data[field] = parse_config_lines(post.get(field, ""))
+    except serializers.ValidationError as e:
+        errors[field] = e.detail
+
+
+def validated(
+    serializer_class: type[serializers.Serializer], data: dict[str, Any], errors: dict[str, Any]
+) -> serializers.Serializer | None:
+    """The serializer when the data is valid and no field failed before it, else None with its
+    errors merged into `errors`."""
+    serializer = serializer_class(data=data)
+    if serializer.is_valid() and not errors:
+        return serializer
+    for field, field_errors in serializer.errors.items():
+        errors.setdefault(field, field_errors)
+    return None
+
+
+# --- list, create, delete ---
+
+
+@role_required()
+def topic_list(request: HttpRequest) -> HttpResponse:
+    internal = request.GET.get("internal") == "on"
+    try:
+        topics = broker_call(request, lambda admin: admin.list_topics(include_internal=internal))
+    except BrokerCallFailed:
+        topics = []
+    page, q = paginate(request, topics, lambda t: t.name)
+    return render(
+        request,
+        "webui/topics/list.html",
+        {"page": page, "q": q, "internal": internal, "form": {}, "errors": {}},
+    )
+
+
+@role_required(OPERATOR)
+def topic_create(request: HttpRequest) -> HttpResponse:
+    form: dict[str, Any] = {}
+    errors: dict[str, Any] = {}
+    if request.method == "POST":
+        form = request.POST
+        data: dict[str, Any] = filled(request.POST, "name", "partitions", "replication_factor")
+        lines_field(data, errors, request.POST, "configs")
+        serializer = validated(TopicCreateSerializer, data, errors)
+        if serializer is not None:
+            v = serializer.validated_data
+            new = NewTopic(v["name"], v["partitions"], v["replication_factor"], v["configs"])
+            audit.note(request, resource=f"topic/{new.name}", partitions=new.num_partitions)
+            try:
+                broker_call(request, lambda admin: admin.create_topics([new]))
+            except BrokerCallFailed:
+                pass
+            else:
+                messages.success(request, f"Topic {new.name} created.")
+                return redirect("webui:topic-detail", name=new.name)
+    status = 400 if errors else 200
+    return render(
+        request, "webui/topics/create.html", {"form": form, "errors": errors}, status=status
+    )
+
+
+@role_required(OPERATOR)
+def topic_delete(request: HttpRequest, name: str) -> HttpResponse:
+    return confirmed_call(
+        request,
+        lambda admin: admin.delete_topics([name]),
+        resource=f"topic/{name}",
+        done=f"Topic {name} deleted.",
+        success_url=reverse("webui:topic-list"),
+        cancel_url=reverse("webui:topic-detail", args=[name]),
+        title=f"Delete topic {name}",
+        message=f"Delete topic {name} and every record in it? This cannot be undone.",
+        action_label="Delete topic",
+    )
+
+
+# --- describe, partitions ---
+
+
+def describe(request: HttpRequest, name: str) -> Any:
+    return broker_call(request, lambda admin: admin.describe_topics([name]))[0]
+
+
+@role_required()
+def topic_detail(request: HttpRequest, name: str) -> HttpResponse:
+    try:
+        topic = describe(request, name)
+    except BrokerCallFailed:
+        return render(
+            request, "webui/topics/detail.html", {"name": name, "topic": None}, status=404
+        )
+    return render(request, "webui/topics/detail.html", {"name": name, "topic": topic})
+
+
+@role_required(OPERATOR)
+def topic_partitions(request: HttpRequest, name: str) -> HttpResponse:
+    errors: dict[str, Any] = {}
+    form: Any = {}
+    if request.method == "POST":
+        form = request.POST
+        serializer = validated(PartitionsCreateSerializer, filled(request.POST, "count"), errors)
+        if serializer is not None:
+            count = serializer.validated_data["count"]
+            audit.note(request, resource=f"topic/{name}", count=count)
+            try:
+                broker_call(request, lambda admin: admin.create_partitions({name: count}))
+            except BrokerCallFailed:
+                pass
+            else:
+                messages.success(request, f"Topic {name} now has {count} partitions.")
+                return redirect("webui:topic-detail", name=name)
+    try:
+        topic = describe(request, name)
+    except BrokerCallFailed:
+        topic = None
+    return render(
+        request,
+        "webui/topics/partitions.html",
+        {"name": name, "topic": topic, "form": form, "errors": errors},
+        status=400 if errors else 200,
+    )
+
+
+# --- configs ---
+
+
+def config_rows(entries: list[ConfigEntry]) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": e.name,
+            "value": e.value,
+            "source": CONFIG_SOURCES.get(e.source, "UNKNOWN"),
+            "dynamic": e.source in DYNAMIC_SOURCES,
+            "read_only": e.read_only,
+            "sensitive": e.is_sensitive,
+        }
+        for e in sorted(entries, key=lambda e: e.name)
+    ]
+
+
+def config_changes(post: Any, entries: list[ConfigEntry]) -> dict[str, Any]:
+    """The edit form as ConfigAlterSerializer data: every editable value that differs from the
+    current one is SET; every ticked "reset" is DELETEd. A sensitive config left blank keeps
+    its (hidden) value."""
+    to_set: dict[str, str] = {}
+    to_delete: list[str] = []
+    for e in entries:
+        if e.read_only:
+            continue
+        if post.get(f"reset:{e.name}"):
+            to_delete.append(e.name)
+            continue
+        value = post.get(f"config:{e.name}")
+        if value is None or (e.is_sensitive and value == ""):
+            continue
+        if value != (e.value or ""):
+            to_set[e.name] = value
+    try:
+        to_set.update(parse_config_lines(post.get("extra", "")))
+    except serializers.ValidationError as e:
+        return {"set": to_set, "delete": to_delete, "extra_errors": e.detail}
+    return {"set": to_set, "delete": to_delete}
+
+
+def edit_configs(
+    request: HttpRequest, resource_type: ConfigResourceType, name: str, resource: str
+) -> tuple[list[ConfigEntry] | None, dict[str, Any], bool]:
+    """Describe the resource's configs and, on POST, apply the edit form: (entries, errors,
+    whether a change was made)."""
+    errors: dict[str, Any] = {}
+    try:
+        entries = broker_call(request, lambda admin: admin.describe_configs(resource_type, name))
+    except BrokerCallFailed:
+        return None, errors, False
+    if request.method != "POST":
+        return entries, errors, False
+    data = config_changes(request.POST, entries)
+    if "extra_errors" in data:
+        errors["extra"] = data.pop("extra_errors")
+    serializer = validated(ConfigAlterSerializer, data, errors)
+    if serializer is None:
+        return entries, errors, False
+    audit.note(
+        request,
+        resource=resource,
+        set=sorted(data["set"]) if resource_type == ConfigResourceType.BROKER else data["set"],
+        delete=data["delete"],
+    )
+    ops = serializer.operations()
+    try:
+        broker_call(
+            request, lambda admin: admin.incremental_alter_configs(resource_type, name, ops)
+        )
+    except BrokerCallFailed:
+        return entries, errors, False
+    return entries, errors, True
+
+
+def require_role_to_post(request: HttpRequest, role: str) -> None:
+    """Pages anyone may read but only `role` may submit."""
+    if request.method == "POST" and not has_role(request.user, role):
+        raise PermissionDenied(f"This change needs the {role} role.")
+
+
+@role_required()
+def topic_configs(request: HttpRequest, name: str) -> HttpResponse:
+    require_role_to_post(request, OPERATOR)
+    entries, errors, changed = edit_configs(
+        request, ConfigResourceType.TOPIC, name, f"topic/{name}"
+    )
+    if changed:
+        messages.success(request, f"Configs of topic {name} updated.")
+        return redirect("webui:topic-configs", name=name)
+    context = {
+        "name": name,
+        "rows": config_rows(entries or []),
+        "errors": errors,
+        "found": entries is not None,
+    }
+    status = 404 if entries is None else 400 if errors else 200
+    return render(request, "webui/topics/configs.html", context, status=status)
+
+
+# --- records ---
+
+
+@role_required()
+def topic_records(request: HttpRequest, name: str) -> HttpResponse:
+    """GET browses (partition, offset or timestamp, limit, isolation); POST produces."""
+    require_role_to_post(request, OPERATOR)
+    if request.method == "POST":
+        return _produce(request, name)
+    return _records_page(request, name, produce_form={}, produce_errors={})
+
+
+def _records_page(
+    request: HttpRequest,
+    name: str,
+    *,
+    produce_form: Any,
+    produce_errors: dict[str, Any],
+    status: int = 200,
+) -> HttpResponse:
+    query_errors: dict[str, Any] = {}
+    records: list[dict[str, Any]] = []
+    next_offset = None
+    browsed = bool(request.GET)
+    query = validated(
+        RecordQuerySerializer,
+        filled(request.GET, "partition", "offset", "timestamp", "limit", "isolation"),
+        query_errors,
+    )
+    if query is not None:
+        q = query.validated_data
+        start = query.start()
+        try:
+            found = broker_call(
+                request,
+                lambda reader: reader.read(
+                    name,
+                    q["partition"],
+                    max_records=q["limit"],
+                    isolation_level=q["isolation"],
+                    **start,
+                ),
+                PartitionReader,
+            )
+        except BrokerCallFailed:
+            found = []
+        records = [
+            {**r, "time": datetime.fromtimestamp(r["timestamp"] / 1000, UTC)}
+            if r["timestamp"] >= 0
+            else r
+            for r in RecordSerializer(found, many=True).data
+        ]
+        next_offset = found[-1].offset + 1 if found else None
+        query_data = q
+    else:
+        query_data = {}
+    try:
+        topic = describe(request, name)
+    except BrokerCallFailed:
+        topic = None
+    return render(
+        request,
+        "webui/topics/records.html",
+        {
+            "name": name,
+            "topic": topic,
+            "query": request.GET,
+            "query_data": query_data,
+            "query_errors": query_errors,
+            "browsed": browsed,
+            "records": records,
+            "next_offset": next_offset,
+            "produce_form": produce_form,
+            "produce_errors": produce_errors,
+        },
+        status=400 if (query_errors or produce_errors) and status == 200 else status,
+    )
+
+
+def _produce(request: HttpRequest, name: str) -> HttpResponse:
+    errors: dict[str, Any] = {}
+    data: dict[str, Any] = filled(request.POST, "partition", "value_encoding", "key_encoding")
+    # An empty key field is a record without a key; an empty value is an empty value.
+    if request.POST.get("key", "") != "":
+        data["key"] = request.POST["key"]
+    data["value"] = request.POST.get("value", "")
+    lines_field(data, errors, request.POST, "headers")
+    serializer = validated(RecordProduceSerializer, data, errors)
+    if serializer is not None:
+        kwargs = serializer.send_kwargs()
+        audit.note(request, resource=f"topic/{name}", partition=kwargs["partition"])
+        try:
+            metadata = broker_call(
+                request, lambda producer: producer.send(name, **kwargs), Producer
+            )
+        except BrokerCallFailed:
+            pass
+        else:
+            messages.success(
+                request,
+                f"Produced to partition {metadata.partition} at offset {metadata.offset}.",
+            )
+            url = reverse("webui:topic-records", args=[name])
+            return redirect(f"{url}?partition={metadata.partition}&offset={metadata.offset}")
+    return _records_page(request, name, produce_form=request.POST, produce_errors=errors)
