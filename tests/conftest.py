@@ -3,14 +3,14 @@ process (python -m broker) for the client compatibility and crash tests."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 from pathlib import Path
 
 import pytest
-from broker_process import REPO, BrokerProcess, free_port  # noqa: F401 (re-exported to tests)
+from broker_process import BrokerProcess
 from hypothesis import settings
+from in_process_broker import running_broker
 
 # Tests assert behaviour, never timing: hypothesis' per-example deadline is off.
 settings.register_profile("fjord", deadline=None)
@@ -39,30 +39,6 @@ def make_broker_process(tmp_path):
         if p.proc and p.proc.poll() is None:
             p.proc.kill()
             p.proc.wait()
-
-
-@contextlib.asynccontextmanager
-async def running_broker(log_dir: Path, **overrides: str):
-    """A broker in the current event loop on an ephemeral loopback port, with a connection;
-    stopped cleanly on exit (so a second one on the same log dir tests restarts)."""
-    from broker.client.connection import BrokerConnection
-    from broker.config import BrokerConfig
-    from broker.server.broker import Broker
-
-    props = {
-        "listeners": "PLAINTEXT://127.0.0.1:0",
-        "log.dirs": str(log_dir),
-        "metrics.listener": "http://127.0.0.1:0/metrics",
-    }
-    props.update({k.replace("_", "."): v for k, v in overrides.items()})
-    b = Broker(BrokerConfig(props))
-    await b.start()
-    conn = await BrokerConnection.open(*b.bound["PLAINTEXT"], client_id="fjord-test")
-    try:
-        yield b, conn
-    finally:
-        await conn.close()
-        await b.stop()
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from broker_process import BrokerProcess
 from compat_support import topic_name, wait_until
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
@@ -30,7 +31,6 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from conftest import BrokerProcess
 
 pytestmark = pytest.mark.timeout(120)
 

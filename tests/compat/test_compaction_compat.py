@@ -14,6 +14,7 @@ import itertools
 import uuid
 
 import pytest
+from broker_process import BrokerProcess
 from compat_support import topic_name, wait_until
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -32,7 +33,6 @@ from confluent_kafka.admin import (
     OffsetSpec,
     ResourceType,
 )
-from conftest import BrokerProcess
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -8,8 +8,8 @@ import re
 import urllib.request
 
 import pytest
+from broker_process import free_port
 from compat_support import topic_name, wait_until
-from conftest import free_port
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 

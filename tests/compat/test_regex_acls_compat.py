@@ -15,6 +15,7 @@ as a super user to grant what creating topics and ACLs needs, then without.
 from __future__ import annotations
 
 import pytest
+from broker_process import BrokerProcess
 from compat_support import topic_name, wait_until
 from confluent_kafka import Consumer
 from confluent_kafka.admin import (
@@ -26,7 +27,6 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from conftest import BrokerProcess
 
 pytestmark = pytest.mark.timeout(180)
 

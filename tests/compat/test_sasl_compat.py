@@ -7,6 +7,7 @@ SASL_SSL, wrong passwords refused, and mutual TLS principals as the authorizer s
 from __future__ import annotations
 
 import pytest
+from broker_process import BrokerProcess, free_port
 from compat_support import topic_name, wait_until
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
@@ -15,7 +16,6 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
-from conftest import BrokerProcess, free_port
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import errors as kafka_errors
 from tls_certificates import CertificateAuthority

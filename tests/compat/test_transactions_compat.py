@@ -27,6 +27,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import TopicPartition as AIOTopicPartition
 from aiokafka.errors import ProducerFenced
+from broker_process import BrokerProcess
 from compat_support import topic_name, wait_until
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -38,7 +39,6 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
-from conftest import BrokerProcess
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KPTopicPartition
 from kafka.admin import KafkaAdminClient

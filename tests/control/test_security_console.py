@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient as ConfluentAdmin
 from confluent_kafka.admin import NewTopic, ResourceType
 from django.template.loader import render_to_string
 from django.test import Client
-from test_acls_api import acl_broker, acl_settings, confluent_acls  # noqa: F401
+from test_acls_rest import acl_broker, acl_settings, confluent_acls  # noqa: F401
 
 from api.models import AuditEntry
 

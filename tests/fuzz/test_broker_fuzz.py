@@ -12,7 +12,6 @@ import os
 import struct
 
 import pytest
-from conftest import running_broker
 from fuzz_support import (
     API_VERSIONS,
     BROKER_EXAMPLES,
@@ -24,6 +23,7 @@ from fuzz_support import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from in_process_broker import running_broker
 from kafka_requests import req
 from raw_client import SIZE, RawClient, api_versions_request, wait_until
 

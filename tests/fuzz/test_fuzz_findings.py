@@ -6,7 +6,7 @@ import asyncio
 import logging
 import uuid
 
-from conftest import running_broker
+from in_process_broker import running_broker
 from kafka_requests import fetch_request, req
 from kio.schema.errors import ErrorCode
 from raw_client import SIZE, RawClient

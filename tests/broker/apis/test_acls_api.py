@@ -13,7 +13,7 @@ import dataclasses
 import time
 
 import pytest
-from conftest import running_broker
+from in_process_broker import running_broker
 from kafka_requests import ms, req
 from kio.schema.errors import ErrorCode
 from test_api_versions_sweep import FACTORIES, TOPIC, _errors

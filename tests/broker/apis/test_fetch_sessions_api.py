@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import running_broker
+from in_process_broker import running_broker
 from kafka_requests import ms, req
 from kio.schema.errors import ErrorCode
 from test_produce_fetch import batch, produce_request

@@ -3,7 +3,7 @@ from __consumer_offsets), ListGroups/DeleteGroups/OffsetDelete, GROUP configs.""
 
 from __future__ import annotations
 
-from conftest import running_broker
+from in_process_broker import running_broker
 from kafka_requests import req
 from kio.schema.errors import ErrorCode
 

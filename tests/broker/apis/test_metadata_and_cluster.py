@@ -84,7 +84,7 @@ async def test_compression_type_accepts_only_what_is_honoured(broker, broker_cli
 
 
 async def test_consumer_protocol_apis_are_not_advertised_when_disabled(tmp_path):
-    from conftest import running_broker
+    from in_process_broker import running_broker
 
     async with running_broker(tmp_path, **{"group.coordinator.rebalance.protocols": "classic"}) as (
         _,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from conftest import running_broker
+from in_process_broker import running_broker
 from kio.schema.errors import ErrorCode
 from scram_requests import SHA256, SHA512, alter, deletion, describe, upsertion
 

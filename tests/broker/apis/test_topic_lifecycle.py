@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from conftest import running_broker
+from in_process_broker import running_broker
 from kio.schema.errors import ErrorCode
 from test_produce_fetch import batch, fetch_request, fetched, produce_request
 

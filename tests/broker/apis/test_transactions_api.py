@@ -8,7 +8,7 @@ import asyncio
 import time
 
 import pytest
-from conftest import running_broker
+from in_process_broker import running_broker
 from kafka_requests import ms, req
 from kio.schema.errors import ErrorCode
 from test_produce_fetch import fetch_request, fetched, produce_request

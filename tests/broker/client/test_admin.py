@@ -7,7 +7,7 @@ import struct
 import time
 
 import pytest
-from conftest import running_broker
+from in_process_broker import running_broker
 from kafka_requests import ms, req
 from kio.schema.errors import ErrorCode
 

@@ -7,7 +7,7 @@ import contextlib
 import ssl
 
 import pytest
-from conftest import running_broker
+from in_process_broker import running_broker
 from kio.schema.errors import ErrorCode
 from tls_certificates import CertificateAuthority
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import REPO
+from broker_process import REPO
 
 
 def test_invalid_configuration_exits_with_a_clear_message(tmp_path):

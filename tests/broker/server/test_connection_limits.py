@@ -8,7 +8,7 @@ import asyncio
 import os
 import socket
 
-from conftest import running_broker
+from in_process_broker import running_broker
 from kafka_requests import fetch_request
 from raw_client import SIZE, RawClient, api_versions_request, wait_until
 

@@ -5,7 +5,7 @@ restarts and log cleaning, and the markers that end them."""
 from __future__ import annotations
 
 import pytest
-from conftest import running_broker
+from in_process_broker import running_broker
 from kio.schema.errors import ErrorCode
 
 from broker.records.batch import decode_batch, iter_batches
