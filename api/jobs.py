@@ -21,12 +21,11 @@ from api import kafka
 from api.errors import kafka_error_body
 from api.kafka import BrokerUnavailable
 from api.models import Job
-from broker.client import KafkaAdminError, PartitionReader
-from broker.client.admin_topics import EARLIEST, LATEST
+from api.offset_reset import ensure_inactive, target_offsets
+from broker.client import AdminClient, KafkaAdminError, PartitionReader
 
 # Partitions per OffsetCommit: big enough to be quick, small enough for a moving progress bar.
 RESET_CHUNK = 100
-RESET_TARGETS = {"earliest": EARLIEST, "latest": LATEST}
 
 
 def run(job_id: str) -> None:
@@ -60,9 +59,10 @@ def advance(job: Job, by: int) -> None:
 def reset_offsets(job: Job) -> dict[str, Any]:
     """kafka-consumer-groups --reset-offsets for a group with no active members: every
     partition of `topics` (default: those the group committed) to earliest, latest, a
-    timestamp in milliseconds or an explicit offset."""
+    timestamp in milliseconds or an offset (api.offset_reset)."""
     params = job.params
-    group_id, to = params["group_id"], params["to"]
+    group_id, to, value = params["group_id"], params["to"], params.get("value")
+    kafka.call(lambda admin: ensure_inactive(admin, group_id))
     if params.get("topics"):
         names = list(params["topics"])
         described = kafka.call(lambda admin: admin.describe_topics(names))
@@ -73,17 +73,18 @@ def reset_offsets(job: Job) -> dict[str, Any]:
     reset: dict[str, int] = {}
     for start in range(0, len(partitions), RESET_CHUNK):
         chunk = partitions[start : start + RESET_CHUNK]
-        if to == "offset":
-            offsets = {tp: int(params["value"]) for tp in chunk}
-            kafka.call(lambda admin, o=offsets: admin.alter_group_offsets(group_id, o))
-        else:
-            timestamp = int(params["value"]) if to == "timestamp" else RESET_TARGETS[to]
-            offsets = kafka.call(
-                lambda admin, c=chunk, ts=timestamp: admin.reset_group_offsets(group_id, c, ts)
-            )
+        offsets = kafka.call(lambda admin, c=chunk: _reset_chunk(admin, group_id, c, to, value))
         reset.update({f"{t}-{p}": o for (t, p), o in offsets.items()})
         advance(job, len(chunk))
     return {"group_id": group_id, "offsets": reset}
+
+
+async def _reset_chunk(
+    admin: AdminClient, group_id: str, chunk: list, to: str, value: int | None
+) -> dict:
+    offsets = await target_offsets(admin, chunk, to, value)
+    await admin.alter_group_offsets(group_id, offsets)
+    return offsets
 
 
 def export_topic(job: Job) -> dict[str, Any]:

@@ -205,6 +205,9 @@ if not REDIS_URL:
     CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
 # Job state and progress live in the database (api.models.Job), so no result backend is kept.
 CELERY_TASK_IGNORE_RESULT = True
+# A worker process busy with a long job must not hold samples it prefetched until they expire:
+# each process takes one task at a time, and the other keeps sampling.
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False

@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
-from kio.schema.errors import ErrorCode
 from rest_framework import serializers, status
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api import audit, kafka
+from api.offset_reset import ensure_inactive, target_offsets
 from api.serializers.errors import errors
 from api.serializers.groups import (
     CommittedOffsetSerializer,
@@ -26,13 +26,11 @@ from api.serializers.groups import (
 )
 from api.serializers.topics import ConfigEntrySerializer
 from api.views.base import BrokerViewSet, search
-from broker.client import AdminClient, KafkaAdminError
-from broker.client.admin_topics import EARLIEST, LATEST
+from broker.client import AdminClient
 from broker.client.models import AlterConfigOp, AlterConfigOpType, ConfigResourceType
 
 # Group ids are any string but a path separator or a control character.
 GROUP_ID_PATTERN = r"[^/\x00-\x1f\x7f]+"
-INACTIVE_STATES = {"Empty", "Dead"}
 
 
 async def describe_with_lag(admin: AdminClient, group_id: str) -> dict[str, Any]:
@@ -66,37 +64,11 @@ async def planned_offsets(admin: AdminClient, group_id: str, plan: dict[str, Any
         tps = [(topic, p.partition) for p in description.partitions]
     else:
         tps = [(topic, p) for p in partitions]
-    to = plan["to"]
-    if to == "earliest":
-        return await admin.list_offsets(tps, EARLIEST)
-    if to == "latest":
-        return await admin.list_offsets(tps, LATEST)
-    if to == "timestamp":
-        offsets = await admin.list_offsets(tps, plan["value"])
-        missing = [tp for tp, offset in offsets.items() if offset < 0]
-        offsets.update(await admin.list_offsets(missing, LATEST) if missing else {})
-        return offsets
-    # An offset outside the log would be reset again by the consumer's auto.offset.reset:
-    # clamp it to [log start, high watermark] as kafka-consumer-groups does.
-    low = await admin.list_offsets(tps, EARLIEST)
-    high = await admin.list_offsets(tps, LATEST)
-    return {tp: min(max(plan["value"], low[tp]), high[tp]) for tp in tps}
+    return await target_offsets(admin, tps, plan["to"], plan.get("value"))
 
 
 async def reset_offsets(admin: AdminClient, group_id: str, plan: dict[str, Any]) -> dict:
-    try:
-        group = await admin.describe_group(group_id)
-    except KafkaAdminError as e:
-        if e.code != ErrorCode.group_id_not_found:
-            raise
-    else:
-        if group.state not in INACTIVE_STATES or group.members:
-            raise KafkaAdminError.from_code(
-                ErrorCode.non_empty_group,
-                f"Offsets can only be reset when the group is inactive; it is {group.state} "
-                f"with {len(group.members)} member(s).",
-                group_id,
-            )
+    await ensure_inactive(admin, group_id)
     offsets = await planned_offsets(admin, group_id, plan)
     if not plan["dry_run"] and offsets:
         await admin.alter_group_offsets(group_id, offsets)

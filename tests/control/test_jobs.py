@@ -280,3 +280,25 @@ def test_console_job_form_shows_field_errors(operator, client):
     assert response.status_code == 400
     assert "Needed to reset to a offset." in response.content.decode()
     assert not Job.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_reset_to_an_offset_is_clamped_to_the_log(broker_settings, operator, unique):
+    bootstrap = broker_settings.bootstrap
+    topic, group = unique("clamp"), unique("group")
+    make_topic(bootstrap, topic, 2)
+    produce(bootstrap, topic, [(0, b"k", b"v")] * 3)
+    commit(bootstrap, group, {(topic, 0): 1, (topic, 1): 0})
+    job = Job.objects.create(
+        kind=Job.Kind.RESET_OFFSETS,
+        params={"group_id": group, "to": "offset", "value": 99},
+        created_by=operator,
+    )
+
+    jobs.run(str(job.pk))
+
+    job.refresh_from_db()
+    assert job.state == Job.State.SUCCEEDED, job.error
+    # Past the high watermark a consumer would reset again by auto.offset.reset.
+    assert job.result["offsets"] == {f"{topic}-0": 3, f"{topic}-1": 0}
+    assert committed(bootstrap, group, [(topic, 0), (topic, 1)]) == {(topic, 0): 3, (topic, 1): 0}

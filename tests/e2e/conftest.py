@@ -28,7 +28,9 @@ CHROMIUM_ARGS = [
 ARTIFACTS = Path(os.environ.get("FJORD_TEST_ARTIFACTS", REPO / "var" / "test-artifacts"))
 
 
-@pytest.fixture(scope="session")
+# Module scope throughout: Playwright's sync API keeps an event loop running in the main thread
+# while it is open, which would break every asyncio test collected after these.
+@pytest.fixture(scope="module")
 def platform_database():
     """A PostgreSQL database of its own for the platform, dropped afterwards."""
     name = f"fjord_e2e_{uuid.uuid4().hex[:8]}"
@@ -39,7 +41,7 @@ def platform_database():
         c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def platform(tmp_path_factory, platform_database):
     """The production shape: PostgreSQL, Redis (a database of its own), worker and beat."""
     redis_url = "redis://127.0.0.1:6379/2"
@@ -51,7 +53,7 @@ def platform(tmp_path_factory, platform_database):
     assert running.stop() == 0, "".join(running.output[-200:])
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium():
     from playwright.sync_api import sync_playwright
 
