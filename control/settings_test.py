@@ -11,6 +11,9 @@ os.environ.setdefault("FJORD_SAMPLER", "beat")
 
 from control.settings import *  # noqa: E402,F403
 
-# A test database per pytest process: runs side by side (a developer's and CI's) must not
-# drop each other's.
+# A test database, a Celery queue and channel-layer keys per pytest process: runs side by side
+# (a developer's and CI's) must not drop each other's database or take each other's tasks. The
+# queue's name goes through the environment to the worker processes tests start.
 DATABASES["default"]["TEST"] = {"NAME": f"test_fjord_{os.getpid()}"}  # noqa: F405
+CELERY_TASK_DEFAULT_QUEUE = os.environ.setdefault("FJORD_TEST_QUEUE", f"fjord-test-{os.getpid()}")
+CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = f"asgi-test-{os.getpid()}"  # noqa: F405

@@ -42,12 +42,15 @@ def _address(server: str) -> tuple[str, int]:
 
 
 class ClusterClient:
+    # What the broker's logs and quotas see unless the caller names the client.
+    DEFAULT_CLIENT_ID = "fjord-admin"
+
     def __init__(
         self,
         bootstrap_servers: str | Sequence[str],
         security: Security | None = None,
         *,
-        client_id: str = "fjord-admin",
+        client_id: str | None = None,
         retries: int = 5,
         retry_backoff_ms: int = 100,
         request_timeout_ms: int = 30_000,
@@ -61,7 +64,7 @@ class ClusterClient:
         if not self._bootstrap:
             raise ValueError("no bootstrap servers")
         self.security = security or Security()
-        self.client_id = client_id
+        self.client_id = client_id or self.DEFAULT_CLIENT_ID
         self.retries = retries
         self.retry_backoff_ms = retry_backoff_ms
         # What the broker may take for work it waits on (topic creation, ListOffsets v10+).

@@ -20,7 +20,7 @@ from kio.schema.errors import ErrorCode
 from broker.client.errors import KafkaAdminError, check
 from broker.client.models import ConsumerRecord
 from broker.client.producer import RoutingClient
-from broker.client.session import Security, Session
+from broker.client.session import Session
 from broker.records.batch import MAGIC_V2, BatchHeader, decode_batch, iter_batches
 from broker.records.control import ABORT, parse_marker
 from broker.records.errors import InvalidRecordError
@@ -45,24 +45,7 @@ class FetchedChunk:
 class PartitionReader(RoutingClient):
     """`async with PartitionReader("host:9092") as reader: await reader.read("t", 0, offset=0)`"""
 
-    def __init__(
-        self,
-        bootstrap_servers: str | Sequence[str],
-        security: Security | None = None,
-        *,
-        client_id: str = "fjord-reader",
-        retries: int = 5,
-        retry_backoff_ms: int = 100,
-        request_timeout_ms: int = 30_000,
-    ) -> None:
-        super().__init__(
-            bootstrap_servers,
-            security,
-            client_id=client_id,
-            retries=retries,
-            retry_backoff_ms=retry_backoff_ms,
-            request_timeout_ms=request_timeout_ms,
-        )
+    DEFAULT_CLIENT_ID = "fjord-reader"
 
     async def read(
         self,
@@ -129,41 +112,37 @@ class PartitionReader(RoutingClient):
         every record is older. -2 and -1 ask for the log start and end, as in Kafka."""
 
         async def attempt() -> int:
-            try:
-                _, leader = await self.leader(topic, partition)
-                session = await self.session(leader)
-                request_partition = session.request(
+            _, leader = await self.leader(topic, partition)
+            session = await self.session(leader)
+            request_partition = session.request(
+                LIST_OFFSETS,
+                "ListOffsetsPartition",
+                partition_index=partition,
+                current_leader_epoch=-1,
+                timestamp=timestamp_ms,
+            )
+            response = await session.send(
+                session.request(
                     LIST_OFFSETS,
-                    "ListOffsetsPartition",
-                    partition_index=partition,
-                    current_leader_epoch=-1,
-                    timestamp=timestamp_ms,
-                )
-                response = await session.send(
-                    session.request(
-                        LIST_OFFSETS,
-                        "ListOffsetsRequest",
-                        replica_id=-1,
-                        isolation_level=isolation,
-                        topics=(
-                            session.request(
-                                LIST_OFFSETS,
-                                "ListOffsetsTopic",
-                                name=topic,
-                                partitions=(request_partition,),
-                            ),
+                    "ListOffsetsRequest",
+                    replica_id=-1,
+                    isolation_level=isolation,
+                    topics=(
+                        session.request(
+                            LIST_OFFSETS,
+                            "ListOffsetsTopic",
+                            name=topic,
+                            partitions=(request_partition,),
                         ),
-                        timeout=timedelta(milliseconds=self.request_timeout_ms),
-                    )
+                    ),
+                    timeout=timedelta(milliseconds=self.request_timeout_ms),
                 )
-                result = response.topics[0].partitions[0]
-                check(result.error_code, None, f"{topic}-{partition}")
-                return result.offset
-            except Exception as e:
-                self.forget_route(topic, e)
-                raise
+            )
+            result = response.topics[0].partitions[0]
+            check(result.error_code, None, f"{topic}-{partition}")
+            return result.offset
 
-        return await self.retrying(attempt)
+        return await self.retrying_routed(topic, attempt)
 
     async def _fetch(
         self,
@@ -174,16 +153,10 @@ class PartitionReader(RoutingClient):
         max_bytes: int,
         max_records: int | None,
     ) -> FetchedChunk:
-        async def attempt() -> FetchedChunk:
-            try:
-                return await self._fetch_once(
-                    topic, partition, offset, isolation, max_bytes, max_records
-                )
-            except Exception as e:
-                self.forget_route(topic, e)
-                raise
-
-        return await self.retrying(attempt)
+        return await self.retrying_routed(
+            topic,
+            lambda: self._fetch_once(topic, partition, offset, isolation, max_bytes, max_records),
+        )
 
     async def _fetch_once(
         self,

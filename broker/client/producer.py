@@ -10,18 +10,20 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
 from broker.client.cluster import ClusterClient
 from broker.client.errors import KafkaAdminError, check
 from broker.client.models import RecordMetadata
-from broker.client.session import Security
 from broker.records import compression as codecs
 from broker.records.batch import build_batch
+
+T = TypeVar("T")
 
 PRODUCE = 0
 ACKS_ALL = -1
@@ -126,29 +128,28 @@ class RoutingClient(ClusterClient):
         if not isinstance(error, KafkaAdminError) or error.code in _STALE_ROUTES:
             self._routes.pop(topic, None)
 
+    async def retrying_routed(self, topic: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        """`retrying`, with the topic's leaders looked up afresh after an error that says
+        they moved."""
+
+        async def routed() -> T:
+            try:
+                return await attempt()
+            except Exception as e:
+                self.forget_route(topic, e)
+                raise
+
+        return await self.retrying(routed)
+
 
 class Producer(RoutingClient):
     """`async with Producer("host:9092") as producer: await producer.send("t", b"v")`"""
 
-    def __init__(
-        self,
-        bootstrap_servers: str | Sequence[str],
-        security: Security | None = None,
-        *,
-        client_id: str = "fjord-producer",
-        compression_type: str = "none",
-        retries: int = 5,
-        retry_backoff_ms: int = 100,
-        request_timeout_ms: int = 30_000,
-    ) -> None:
-        super().__init__(
-            bootstrap_servers,
-            security,
-            client_id=client_id,
-            retries=retries,
-            retry_backoff_ms=retry_backoff_ms,
-            request_timeout_ms=request_timeout_ms,
-        )
+    DEFAULT_CLIENT_ID = "fjord-producer"
+
+    def __init__(self, *args: Any, compression_type: str = "none", **kwargs: Any) -> None:
+        """ClusterClient's arguments, and Kafka's compression.type."""
+        super().__init__(*args, **kwargs)
         if compression_type not in _CODECS:
             raise ValueError(f"compression.type must be one of {', '.join(_CODECS)}")
         self.compression = _CODECS[compression_type]
@@ -182,16 +183,12 @@ class Producer(RoutingClient):
         )
 
         async def attempt() -> RecordMetadata:
-            try:
-                target = partition
-                if target is None:
-                    target = await self.partition_for(topic, key)
-                return await self._produce(topic, target, batch, timestamp_ms)
-            except Exception as e:
-                self.forget_route(topic, e)
-                raise
+            target = partition
+            if target is None:
+                target = await self.partition_for(topic, key)
+            return await self._produce(topic, target, batch, timestamp_ms)
 
-        return await self.retrying(attempt)
+        return await self.retrying_routed(topic, attempt)
 
     async def _produce(
         self, topic: str, partition: int, batch: bytes, timestamp_ms: int

@@ -43,8 +43,10 @@ def platform_database():
 
 @pytest.fixture(scope="module")
 def platform(tmp_path_factory, platform_database):
-    """The production shape: PostgreSQL, Redis (a database of its own), worker and beat."""
-    redis_url = "redis://127.0.0.1:6379/2"
+    """The production shape: PostgreSQL, Redis, worker and beat."""
+    # A Redis database of its own (2 to 15: the tests' own settings use 1), so that a second
+    # run beside this one takes none of its tasks.
+    redis_url = f"redis://127.0.0.1:6379/{2 + os.getpid() % 14}"
     redis.Redis.from_url(redis_url).flushdb()
     running = Platform(
         tmp_path_factory.mktemp("platform"), DATABASE_URL=platform_database, REDIS_URL=redis_url
