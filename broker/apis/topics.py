@@ -135,12 +135,25 @@ def _validate_creation(broker, t) -> tuple[int, dict[str, str]]:
                 f"{replication} cannot be reached because only 1 broker(s) are "
                 "registered.",
             )
+    _check_openable(broker, partitions)
     configs = {c.name: c.value for c in t.configs}
     try:
         validate_topic_configs(configs)
     except ConfigError as e:
         raise KafkaError(ErrorCode.invalid_config, str(e)) from None
     return partitions, configs
+
+
+def _check_openable(broker, new_partitions: int) -> None:
+    """Kafka sets no bound, but a partition holds an open file here: a topic of a hundred
+    thousand partitions would leave the broker no descriptor for any connection."""
+    openable = broker.log_manager.partitions_openable()
+    if new_partitions > openable:
+        raise KafkaError(
+            ErrorCode.invalid_partitions,
+            f"{new_partitions} more partitions would exceed this broker's open-file limit "
+            f"(ulimit -n): it can open {openable} more.",
+        )
 
 
 def _check_assignments(broker, replica_lists) -> None:
@@ -228,6 +241,7 @@ async def handle_create_partitions(broker, ctx: RequestContext, request) -> obje
                         f"but {len(t.assignments)} assignments provided.",
                     )
                 _check_assignments(broker, [a.broker_ids for a in t.assignments])
+            _check_openable(broker, t.count - topic.partitions)
             if not request.validate_only:
                 await broker.add_partitions(t.name, t.count)
         except KafkaError as e:

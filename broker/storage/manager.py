@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import resource
 import shutil
+import sys
 import threading
 import uuid
 from collections import Counter
@@ -29,6 +31,9 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
 FUTURE_DIR_SUFFIX = "-future"
 STRAY_DIR_SUFFIX = "-stray"
+# File descriptors kept for connections and the rest when partitions are counted against
+# `ulimit -n`: at least this many, at least a tenth of the limit.
+FILE_DESCRIPTOR_RESERVE = 1024
 
 
 def parse_log_dir_name(name: str) -> TopicPartition | None:
@@ -128,6 +133,20 @@ class LogManager:
         self._partitions_in[log_dir] += 1
         self._last_flush_ms[tp] = now
         return log
+
+    @property
+    def partition_count(self) -> int:
+        return sum(self._partitions_in.values())
+
+    def partitions_openable(self) -> int:
+        """How many more partitions this process can keep open: each holds its active
+        segment's file, and sockets, index rolls and recovery need descriptors too. A broker
+        out of descriptors can accept no connection, so creating past this refuses instead."""
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return sys.maxsize
+        reserve = max(FILE_DESCRIPTOR_RESERVE, soft // 10)
+        return max(0, soft - reserve - self.partition_count)
 
     def delete(self, topic: str, partition: int) -> None:
         """Rename to `<topic>-<partition>.<uuid>-delete` first, so a crash mid-removal leaves

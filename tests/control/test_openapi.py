@@ -65,11 +65,11 @@ def fuzzed_settings(settings, fuzzed_broker):
     kafka.reset()
 
 
-# Each partition holds an open file, and nothing in Kafka bounds a topic's partition count: a
-# generated topic of 23,000 partitions exhausted the broker's descriptors, after which every
-# call was a slow 503. The counts are kept small here; bad ones (0, negative, not numbers)
-# still reach the API, and huge ones are refused by the serializers' int32 bounds in
-# tests/control/test_topics_rest.py.
+# A partition is a directory and an open file: generated topics of thousands of partitions
+# would spend the run creating them (and once, before the broker bounded them by its open-file
+# limit, left it without descriptors for any connection). The counts are kept small here; bad
+# ones (0, negative, not numbers) still reach the API, huge ones are refused by the
+# serializers' int32 bounds (test_topics_rest.py) and by the broker (test_partition_budget.py).
 MAX_GENERATED_PARTITIONS = 64
 
 
