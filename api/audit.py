@@ -14,6 +14,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 
 from api.models import AuditEntry
+from broker.client.models import ConfigResourceType
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 # Fields never written to the log, wherever they appear in a detail.
@@ -28,6 +29,20 @@ def note(request: Any, resource: str | None = None, **detail: Any) -> None:
     recorded = getattr(django_request, "fjord_audit_detail", {})
     recorded.update(redacted(detail))
     django_request.fjord_audit_detail = recorded
+
+
+def note_config_changes(
+    request: Any, resource_type: ConfigResourceType, name: str, changed: dict[str, Any]
+) -> None:
+    """What an IncrementalAlterConfigs SETs and DELETEs: the values, but only the names for a
+    broker, whose configs hold passwords and JAAS text."""
+    to_set = changed["set"]
+    note(
+        request,
+        resource=f"{resource_type.name.lower()}/{name}",
+        set=sorted(to_set) if resource_type == ConfigResourceType.BROKER else to_set,
+        delete=changed["delete"],
+    )
 
 
 def redacted(value: Any) -> Any:

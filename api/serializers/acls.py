@@ -18,6 +18,7 @@ from broker.client.models import (
     PatternType,
     ResourceType,
 )
+from broker.security.acl import CLUSTER_NAME
 
 # Kafka's KafkaPrincipal string: "<type>:<name>", e.g. User:alice (type and name non-empty).
 PRINCIPAL = r"^[^:\s]+:[\s\S]+$"
@@ -94,10 +95,10 @@ class AclBindingSerializer(serializers.Serializer):
         attrs["host"] = attrs.get("host") or "*"
         if (
             attrs["resource_type"] == ResourceType.CLUSTER
-            and attrs["resource_name"] != "kafka-cluster"
+            and attrs["resource_name"] != CLUSTER_NAME
         ):
             raise serializers.ValidationError(
-                {"resource_name": 'The CLUSTER resource is named "kafka-cluster".'}
+                {"resource_name": f'The CLUSTER resource is named "{CLUSTER_NAME}".'}
             )
         return attrs
 

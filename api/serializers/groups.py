@@ -8,7 +8,6 @@ from typing import Any
 from rest_framework import serializers
 
 from api.serializers.acls import query_text
-from api.serializers.topics import ConfigAlterSerializer
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -117,29 +116,7 @@ class ResetOffsetsResultSerializer(serializers.Serializer):
     offsets = CommittedOffsetSerializer(many=True)
 
 
-class GroupConfigAlterSerializer(ConfigAlterSerializer):
-    """IncrementalAlterConfigs on the group (consumer.session.timeout.ms,
-    consumer.heartbeat.interval.ms, ...), as topics' configs are altered: SET these, DELETE
-    those back to the broker's defaults."""
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        attrs = super().validate(attrs)
-        for name in [*attrs["set"], *attrs["delete"]]:
-            if not _encodable(name):
-                raise serializers.ValidationError(f"{name[:50]!r} is not a config name.")
-        return attrs
-
-
 class GroupSearchSerializer(serializers.Serializer):
     search = query_text(help_text="Part of the group id")
     type = serializers.ChoiceField(GROUP_TYPES, required=False, help_text="classic or consumer")
     state = query_text(100, help_text="Stable, Empty, PreparingRebalance, ...")
-
-
-def _encodable(text: str) -> bool:
-    # JSON may carry lone surrogates, which no Kafka string can.
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True

@@ -60,6 +60,15 @@ class EncodingField(serializers.ChoiceField):
         super().__init__(ENCODINGS, **kwargs)
 
 
+def encodable(text: str) -> bool:
+    """Whether a Kafka string can carry it: JSON may hold lone surrogates, UTF-8 cannot."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def config_key_field() -> serializers.CharField:
     return serializers.CharField(max_length=255)
 
@@ -176,6 +185,9 @@ class ConfigAlterSerializer(serializers.Serializer):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if not attrs["set"] and not attrs["delete"]:
             raise serializers.ValidationError("Give configs to set or to delete.")
+        for name in [*attrs["set"], *attrs["delete"]]:
+            if not encodable(name):
+                raise serializers.ValidationError(f"{name[:50]!r} is not a config name.")
         both = sorted(set(attrs["set"]) & set(attrs["delete"]))
         if both:
             raise serializers.ValidationError(

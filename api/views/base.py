@@ -1,5 +1,5 @@
 """What every broker-backed viewset shares: lists answered from the broker, searched and
-paginated the DRF way."""
+paginated the DRF way, and configs altered the same way whatever the resource."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ from typing import Any
 from rest_framework import serializers, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
+
+from api import audit, kafka
+from api.serializers.topics import ConfigAlterSerializer
+from broker.client.models import ConfigEntry, ConfigResourceType
 
 
 def search(items: Sequence[Any], term: str | None, key: Callable[[Any], str]) -> list[Any]:
@@ -36,3 +40,20 @@ class BrokerViewSet(viewsets.GenericViewSet):
                 serializer_class(page, many=True, context=context).data
             )
         return Response(serializer_class(items, many=True, context=context).data)
+
+
+def alter_resource_configs(
+    request: Request, resource_type: ConfigResourceType, name: str
+) -> list[ConfigEntry]:
+    """PATCH of a resource's configs (topic, group, broker): IncrementalAlterConfigs with the
+    SETs and DELETEs of a ConfigAlterSerializer, then the configs as they now are."""
+    serializer = ConfigAlterSerializer(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    audit.note_config_changes(request, resource_type, name, serializer.validated_data)
+    ops = serializer.operations()
+    kafka.call(lambda admin: admin.incremental_alter_configs(resource_type, name, ops))
+    return resource_configs(resource_type, name)
+
+
+def resource_configs(resource_type: ConfigResourceType, name: str) -> list[ConfigEntry]:
+    return kafka.call(lambda admin: admin.describe_configs(resource_type, name))

@@ -9,7 +9,7 @@ from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from api import audit, kafka
+from api import kafka
 from api.permissions import ADMIN
 from api.serializers.cluster import (
     BrokerSerializer,
@@ -17,8 +17,8 @@ from api.serializers.cluster import (
     ConfigAlterSerializer,
     ConfigEntrySerializer,
 )
-from api.views.base import BrokerViewSet
-from broker.client.models import ClusterDescription, ConfigEntry, ConfigResourceType, Node
+from api.views.base import BrokerViewSet, alter_resource_configs, resource_configs
+from broker.client.models import ClusterDescription, ConfigResourceType, Node
 
 
 def describe_cluster() -> ClusterDescription:
@@ -31,12 +31,6 @@ def find_broker(broker_id: int) -> Node:
         if node.node_id == broker_id:
             return node
     raise NotFound(f"No broker with id {broker_id} in the cluster.")
-
-
-def broker_configs(broker_id: int) -> list[ConfigEntry]:
-    return kafka.call(
-        lambda admin: admin.describe_configs(ConfigResourceType.BROKER, str(broker_id))
-    )
 
 
 class ClusterViewSet(BrokerViewSet):
@@ -73,25 +67,15 @@ class BrokerNodeViewSet(BrokerViewSet):
     @action(detail=True, methods=["get"], pagination_class=None)
     def configs(self, request: Request, id: str) -> Response:
         node = find_broker(int(id))
-        return Response(ConfigEntrySerializer(broker_configs(node.node_id), many=True).data)
+        return Response(
+            ConfigEntrySerializer(
+                resource_configs(ConfigResourceType.BROKER, str(node.node_id)), many=True
+            ).data
+        )
 
     @extend_schema(request=ConfigAlterSerializer, responses=ConfigEntrySerializer(many=True))
     @configs.mapping.patch
     def alter_configs(self, request: Request, id: str) -> Response:
         node = find_broker(int(id))
-        serializer = ConfigAlterSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        audit.note(
-            request,
-            resource=f"broker/{node.node_id}",
-            # Names only: broker configs include passwords and JAAS settings.
-            set=sorted(serializer.validated_data["set"]),
-            delete=serializer.validated_data["delete"],
-        )
-        ops = serializer.operations()
-        kafka.call(
-            lambda admin: admin.incremental_alter_configs(
-                ConfigResourceType.BROKER, str(node.node_id), ops
-            )
-        )
-        return Response(ConfigEntrySerializer(broker_configs(node.node_id), many=True).data)
+        configs = alter_resource_configs(request, ConfigResourceType.BROKER, str(node.node_id))
+        return Response(ConfigEntrySerializer(configs, many=True).data)

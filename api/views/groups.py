@@ -17,17 +17,16 @@ from api.offset_reset import ensure_inactive, target_offsets
 from api.serializers.errors import errors
 from api.serializers.groups import (
     CommittedOffsetSerializer,
-    GroupConfigAlterSerializer,
     GroupDescriptionSerializer,
     GroupListingSerializer,
     GroupSearchSerializer,
     ResetOffsetsResultSerializer,
     ResetOffsetsSerializer,
 )
-from api.serializers.topics import ConfigEntrySerializer
-from api.views.base import BrokerViewSet, search
+from api.serializers.topics import ConfigAlterSerializer, ConfigEntrySerializer
+from api.views.base import BrokerViewSet, alter_resource_configs, resource_configs, search
 from broker.client import AdminClient
-from broker.client.models import AlterConfigOp, AlterConfigOpType, ConfigResourceType
+from broker.client.models import ConfigResourceType
 
 # Group ids are any string but a path separator or a control character.
 GROUP_ID_PATTERN = r"[^/\x00-\x1f\x7f]+"
@@ -151,27 +150,18 @@ class GroupViewSet(BrokerViewSet):
     def configs(self, request: Request, group_id: str) -> Response:
         """The group's configs (KIP-848: consumer.session.timeout.ms,
         consumer.heartbeat.interval.ms, ...) with their sources."""
-        return Response(ConfigEntrySerializer(group_configs(group_id), many=True).data)
+        return Response(
+            ConfigEntrySerializer(
+                resource_configs(ConfigResourceType.GROUP, group_id), many=True
+            ).data
+        )
 
     @extend_schema(
-        request=GroupConfigAlterSerializer,
+        request=ConfigAlterSerializer,
         responses={200: ConfigEntrySerializer(many=True), **errors()},
     )
     @configs.mapping.patch
     def alter_configs(self, request: Request, group_id: str) -> Response:
         """SET the configs in `set`, DELETE (back to the broker's defaults) those in `delete`."""
-        serializer = GroupConfigAlterSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        d = serializer.validated_data
-        ops = [AlterConfigOp(name, value) for name, value in d["set"].items()] + [
-            AlterConfigOp(name, None, AlterConfigOpType.DELETE) for name in d["delete"]
-        ]
-        audit.note(request, resource=f"group/{group_id}", set=d["set"], delete=d["delete"])
-        kafka.call(
-            lambda admin: admin.incremental_alter_configs(ConfigResourceType.GROUP, group_id, ops)
-        )
-        return Response(ConfigEntrySerializer(group_configs(group_id), many=True).data)
-
-
-def group_configs(group_id: str) -> list:
-    return kafka.call(lambda admin: admin.describe_configs(ConfigResourceType.GROUP, group_id))
+        configs = alter_resource_configs(request, ConfigResourceType.GROUP, group_id)
+        return Response(ConfigEntrySerializer(configs, many=True).data)

@@ -15,13 +15,12 @@ from api.jobs import export_path
 from api.models import Job
 from api.permissions import OPERATOR
 from api.serializers.jobs import ExportTopicJobSerializer, JobSerializer, ResetOffsetsJobSerializer
+from api.tasks import run_job
 
 
 def start_job(request: Request, kind: str, params: dict) -> Job:
     """A pending job, handed to a Celery worker once the row is committed (a worker must not
     look for it earlier)."""
-    from api.tasks import run_job
-
     job = Job.objects.create(kind=kind, params=params, created_by=request.user)
     transaction.on_commit(lambda: run_job.delay(str(job.pk)))
     audit.note(request, resource=f"job/{job.pk}", kind=kind, **params)

@@ -22,7 +22,7 @@ from api.serializers.topics import (
     TopicDescriptionSerializer,
     TopicListingSerializer,
 )
-from api.views.base import BrokerViewSet, search
+from api.views.base import BrokerViewSet, alter_resource_configs, resource_configs, search
 from broker.client import PartitionReader, Producer
 from broker.client.models import ConfigResourceType, NewTopic, TopicDescription
 
@@ -31,10 +31,6 @@ TRUE_VALUES = {"true", "1", "yes", "on"}
 
 def describe_topic(name: str) -> TopicDescription:
     return kafka.call(lambda admin: admin.describe_topics([name]))[0]
-
-
-def topic_configs(name: str) -> list:
-    return kafka.call(lambda admin: admin.describe_configs(ConfigResourceType.TOPIC, name))
 
 
 class TopicViewSet(BrokerViewSet):
@@ -103,24 +99,15 @@ class TopicViewSet(BrokerViewSet):
     @extend_schema(responses=ConfigEntrySerializer(many=True))
     @action(detail=True, methods=["get"])
     def configs(self, request: Request, name: str) -> Response:
-        return Response(ConfigEntrySerializer(topic_configs(name), many=True).data)
+        return Response(
+            ConfigEntrySerializer(resource_configs(ConfigResourceType.TOPIC, name), many=True).data
+        )
 
     @extend_schema(request=ConfigAlterSerializer, responses=ConfigEntrySerializer(many=True))
     @configs.mapping.patch
     def alter_configs(self, request: Request, name: str) -> Response:
-        serializer = ConfigAlterSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        audit.note(
-            request,
-            resource=f"topic/{name}",
-            set=serializer.validated_data["set"],
-            delete=serializer.validated_data["delete"],
-        )
-        ops = serializer.operations()
-        kafka.call(
-            lambda admin: admin.incremental_alter_configs(ConfigResourceType.TOPIC, name, ops)
-        )
-        return Response(ConfigEntrySerializer(topic_configs(name), many=True).data)
+        configs = alter_resource_configs(request, ConfigResourceType.TOPIC, name)
+        return Response(ConfigEntrySerializer(configs, many=True).data)
 
     @extend_schema(request=PartitionsCreateSerializer, responses=TopicDescriptionSerializer)
     @action(detail=True, methods=["post"])

@@ -26,7 +26,7 @@ from broker.client.models import (
 )
 from broker.client.session import Session
 
-LIST_OFFSETS, CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 2, 19, 20, 21
+CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 19, 20, 21
 DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER = 32, 37, 44, 60
 
 EARLIEST, LATEST = -2, -1  # ListOffsets timestamps
@@ -139,52 +139,10 @@ class TopicOperations(ClusterClient):
                 by_leader[routes[tp]].append(tp)
             offsets = {}
             for leader, tps in by_leader.items():
-                offsets.update(await self._list_offsets_at(leader, tps, timestamp, isolation_level))
+                offsets.update(await self.list_offsets_at(leader, tps, timestamp, isolation_level))
             return offsets
 
         return await self.retrying(attempt)
-
-    async def _list_offsets_at(
-        self, leader: int, tps: list[TopicPartition], timestamp: int, isolation_level: int
-    ) -> dict[TopicPartition, int]:
-        session = await self.session(leader)
-        by_topic: dict[str, list[int]] = defaultdict(list)
-        for topic, partition in tps:
-            by_topic[topic].append(partition)
-        topics = tuple(
-            session.request(
-                LIST_OFFSETS,
-                "ListOffsetsTopic",
-                name=topic,
-                partitions=tuple(
-                    session.request(
-                        LIST_OFFSETS,
-                        "ListOffsetsPartition",
-                        partition_index=p,
-                        current_leader_epoch=-1,
-                        timestamp=timestamp,
-                    )
-                    for p in ps
-                ),
-            )
-            for topic, ps in by_topic.items()
-        )
-        response = await session.send(
-            session.request(
-                LIST_OFFSETS,
-                "ListOffsetsRequest",
-                replica_id=-1,
-                isolation_level=isolation_level,
-                topics=topics,
-                timeout=timedelta(milliseconds=self.request_timeout_ms),
-            )
-        )
-        offsets = {}
-        for t in response.topics:
-            for p in t.partitions:
-                check(p.error_code, None, f"{t.name}-{p.partition_index}")
-                offsets[(t.name, p.partition_index)] = p.offset
-        return offsets
 
     async def create_topics(
         self, topics: Sequence[NewTopic], validate_only: bool = False

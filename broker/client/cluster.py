@@ -4,19 +4,21 @@ coordinators found with FindCoordinator, and bounded retries of retriable errors
 from __future__ import annotations
 
 import asyncio
+from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
 from typing import Any, Self, TypeVar
 
 from kio.schema.errors import ErrorCode
 
 from broker.client.connection import ConnectionClosed
 from broker.client.errors import KafkaAdminError, check
-from broker.client.models import Node
+from broker.client.models import Node, TopicPartition
 from broker.client.session import Security, Session, open_session
 
 T = TypeVar("T")
 
-METADATA, FIND_COORDINATOR = 3, 10
+LIST_OFFSETS, METADATA, FIND_COORDINATOR = 2, 3, 10
 GROUP_KEY, TRANSACTION_KEY = 0, 1  # FindCoordinator key types
 
 # Errors that clear up by themselves or after re-routing: a coordinator or leader moved or is
@@ -182,6 +184,50 @@ class ClusterClient:
             if node_id not in self.nodes:
                 self.nodes[node_id] = Node(node_id, found.host, found.port)
         return await self.session(node_id)
+
+    async def list_offsets_at(
+        self, leader: int, tps: list[TopicPartition], timestamp: int, isolation_level: int
+    ) -> dict[TopicPartition, int]:
+        """One ListOffsets to the leader of `tps`: the offset of each for `timestamp` (-2 log
+        start, -1 end, or milliseconds; -1 when every record is older), or its error."""
+        session = await self.session(leader)
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for topic, partition in tps:
+            by_topic[topic].append(partition)
+        topics = tuple(
+            session.request(
+                LIST_OFFSETS,
+                "ListOffsetsTopic",
+                name=topic,
+                partitions=tuple(
+                    session.request(
+                        LIST_OFFSETS,
+                        "ListOffsetsPartition",
+                        partition_index=p,
+                        current_leader_epoch=-1,
+                        timestamp=timestamp,
+                    )
+                    for p in ps
+                ),
+            )
+            for topic, ps in by_topic.items()
+        )
+        response = await session.send(
+            session.request(
+                LIST_OFFSETS,
+                "ListOffsetsRequest",
+                replica_id=-1,
+                isolation_level=isolation_level,
+                topics=topics,
+                timeout=timedelta(milliseconds=self.request_timeout_ms),
+            )
+        )
+        offsets = {}
+        for t in response.topics:
+            for p in t.partitions:
+                check(p.error_code, None, f"{t.name}-{p.partition_index}")
+                offsets[(t.name, p.partition_index)] = p.offset
+        return offsets
 
     async def retrying(self, attempt: Callable[[], Awaitable[T]]) -> T:
         """Run `attempt` again on a retriable error or a lost connection, at most `retries`

@@ -26,7 +26,7 @@ from broker.records.control import ABORT, parse_marker
 from broker.records.errors import InvalidRecordError
 from broker.records.legacy import MAGIC_V0, decode_message_set
 
-FETCH, LIST_OFFSETS = 1, 2
+FETCH = 1
 ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
 NO_TIMESTAMP_TYPE = -1
 _MAX_FETCH_BYTES = (1 << 31) - 1
@@ -113,34 +113,10 @@ class PartitionReader(RoutingClient):
 
         async def attempt() -> int:
             _, leader = await self.leader(topic, partition)
-            session = await self.session(leader)
-            request_partition = session.request(
-                LIST_OFFSETS,
-                "ListOffsetsPartition",
-                partition_index=partition,
-                current_leader_epoch=-1,
-                timestamp=timestamp_ms,
+            offsets = await self.list_offsets_at(
+                leader, [(topic, partition)], timestamp_ms, isolation
             )
-            response = await session.send(
-                session.request(
-                    LIST_OFFSETS,
-                    "ListOffsetsRequest",
-                    replica_id=-1,
-                    isolation_level=isolation,
-                    topics=(
-                        session.request(
-                            LIST_OFFSETS,
-                            "ListOffsetsTopic",
-                            name=topic,
-                            partitions=(request_partition,),
-                        ),
-                    ),
-                    timeout=timedelta(milliseconds=self.request_timeout_ms),
-                )
-            )
-            result = response.topics[0].partitions[0]
-            check(result.error_code, None, f"{topic}-{partition}")
-            return result.offset
+            return offsets[(topic, partition)]
 
         return await self.retrying_routed(topic, attempt)
 

@@ -8,6 +8,13 @@ import uuid
 
 import pytest
 from broker_process import BrokerProcess, free_port
+from confluent_kafka.admin import (
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    ResourcePatternType,
+)
+from confluent_kafka.admin import AdminClient as ConfluentAdmin
 from django.contrib.auth.models import Group, User
 from django.test import Client
 from rest_framework.authtoken.models import Token
@@ -44,6 +51,52 @@ def broker_settings(settings, control_broker):
     kafka.reset()
     yield control_broker
     kafka.reset()
+
+
+@pytest.fixture(scope="session")
+def acl_broker(tmp_path_factory):
+    """A broker with Kafka's StandardAuthorizer, where the control plane and confluent-kafka
+    connect over PLAINTEXT as User:ANONYMOUS, a super user."""
+    proc = BrokerProcess(
+        tmp_path_factory.mktemp("acl-kafka-logs"),
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users=User:ANONYMOUS",
+    ).start()
+    yield proc
+    assert proc.stop() == 0, "".join(proc.output)
+
+
+@pytest.fixture
+def acl_settings(settings, acl_broker):
+    """The control plane pointed at acl_broker, with fresh clients."""
+    settings.FJORD_BOOTSTRAP = acl_broker.bootstrap
+    kafka.reset()
+    yield acl_broker
+    kafka.reset()
+
+
+@pytest.fixture
+def confluent(acl_broker):
+    return ConfluentAdmin({"bootstrap.servers": acl_broker.bootstrap})
+
+
+@pytest.fixture
+def confluent_acls(confluent):
+    """The bindings confluent-kafka's AdminClient lists for a resource type and name."""
+
+    def described(rtype, name: str) -> list:
+        acl_filter = AclBindingFilter(
+            rtype,
+            name,
+            ResourcePatternType.ANY,
+            None,
+            None,
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        )
+        return confluent.describe_acls(acl_filter).result(30)
+
+    return described
 
 
 @pytest.fixture

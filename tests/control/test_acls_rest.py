@@ -5,56 +5,20 @@ over PLAINTEXT as User:ANONYMOUS, a super user of that broker."""
 from __future__ import annotations
 
 import pytest
-from broker_process import BrokerProcess
 from confluent_kafka.admin import (
     AclBinding,
-    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     ResourcePatternType,
     ResourceType,
 )
-from confluent_kafka.admin import AdminClient as ConfluentAdmin
 
-from api import kafka
 from api.models import AuditEntry
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(120)]
 
-STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 URL = "/api/v1/acls/"
 DELETE_URL = "/api/v1/acls/delete/"
-
-
-@pytest.fixture(scope="module")
-def acl_broker(tmp_path_factory):
-    proc = BrokerProcess(
-        tmp_path_factory.mktemp("acl-api-logs"),
-        f"authorizer.class.name={STANDARD_AUTHORIZER}",
-        "super.users=User:ANONYMOUS",
-    ).start()
-    yield proc
-    assert proc.stop() == 0, "".join(proc.output)
-
-
-@pytest.fixture
-def acl_settings(settings, acl_broker):
-    settings.FJORD_BOOTSTRAP = acl_broker.bootstrap
-    kafka.reset()
-    yield acl_broker
-    kafka.reset()
-
-
-@pytest.fixture
-def confluent(acl_broker):
-    return ConfluentAdmin({"bootstrap.servers": acl_broker.bootstrap})
-
-
-def confluent_acls(admin: ConfluentAdmin, rtype, name: str) -> list[AclBinding]:
-    f = AclBindingFilter(
-        rtype, name, ResourcePatternType.ANY, None, None, AclOperation.ANY, AclPermissionType.ANY
-    )
-    return admin.describe_acls(f).result(30)
 
 
 def binding(**fields) -> dict:
@@ -69,7 +33,9 @@ def binding(**fields) -> dict:
     } | fields
 
 
-def test_acl_created_through_rest_is_seen_by_confluent(acl_settings, admin_api, confluent, unique):
+def test_acl_created_through_rest_is_seen_by_confluent(
+    acl_settings, admin_api, confluent_acls, unique
+):
     topic = unique("orders")
 
     response = admin_api.post(
@@ -78,7 +44,7 @@ def test_acl_created_through_rest_is_seen_by_confluent(acl_settings, admin_api, 
 
     assert response.status_code == 201, response.content
     assert response.json() == binding(resource_name=topic, pattern_type="PREFIXED")
-    [seen] = confluent_acls(confluent, ResourceType.TOPIC, topic)
+    [seen] = confluent_acls(ResourceType.TOPIC, topic)
     assert seen.principal == "User:alice"
     assert seen.operation == AclOperation.READ
     assert seen.permission_type == AclPermissionType.ALLOW
@@ -132,7 +98,9 @@ def test_acl_created_by_confluent_is_listed_with_filters(
     assert denied.json()["results"][0]["host"] == "10.0.0.1"
 
 
-def test_delete_returns_the_bindings_the_filter_matched(acl_settings, admin_api, confluent, unique):
+def test_delete_returns_the_bindings_the_filter_matched(
+    acl_settings, admin_api, confluent_acls, unique
+):
     group = unique("group")
     for op in ("READ", "DESCRIBE"):
         assert (
@@ -154,7 +122,7 @@ def test_delete_returns_the_bindings_the_filter_matched(acl_settings, admin_api,
     assert response.json() == {
         "deleted": [binding(resource_type="GROUP", resource_name=group, operation="READ")]
     }
-    [left] = confluent_acls(confluent, ResourceType.GROUP, group)
+    [left] = confluent_acls(ResourceType.GROUP, group)
     assert left.operation == AclOperation.DESCRIBE
 
 

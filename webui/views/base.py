@@ -13,6 +13,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Page, Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from rest_framework import serializers
 
 from api import audit, kafka
 from api.errors import kafka_error_body
@@ -44,6 +45,12 @@ def role_required(
     return decorate
 
 
+def require_role_to_post(request: HttpRequest, role: str) -> None:
+    """Pages anyone may read but only `role` may submit."""
+    if request.method == "POST" and not has_role(request.user, role):
+        raise PermissionDenied(f"This change needs the {role} role.")
+
+
 class BrokerCallFailed(Exception):
     """A broker call failed and the user was told why; the page renders without its data."""
 
@@ -63,6 +70,19 @@ def broker_call(request: HttpRequest, operation: Callable[[Any], Any], client: A
     except TimeoutError:
         messages.error(request, "REQUEST_TIMED_OUT: the broker did not answer in time.")
     raise BrokerCallFailed
+
+
+def validated(
+    serializer_class: type[serializers.Serializer], data: dict[str, Any], errors: dict[str, Any]
+) -> serializers.Serializer | None:
+    """The serializer when the data is valid and no field failed before it, else None with its
+    errors merged into `errors`."""
+    serializer = serializer_class(data=data)
+    if serializer.is_valid() and not errors:
+        return serializer
+    for field, field_errors in serializer.errors.items():
+        errors.setdefault(field, field_errors)
+    return None
 
 
 def paginate(request: HttpRequest, items: Sequence[T], key: Callable[[T], str]) -> tuple[Page, str]:

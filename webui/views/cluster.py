@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import render
+from django.urls import reverse
 
 from api.permissions import ADMIN
 from broker.client.models import ConfigResourceType
-from webui.views.base import BrokerCallFailed, broker_call, role_required
-from webui.views.topics import config_rows, edit_configs, require_role_to_post
+from webui.views.base import BrokerCallFailed, broker_call, require_role_to_post, role_required
+from webui.views.configs import configs_page
 
 
 @role_required()
@@ -34,17 +35,12 @@ def broker_configs(request: HttpRequest, broker_id: int) -> HttpResponse:
             messages.error(request, f"No broker with id {broker_id} in the cluster.")
         context = {"broker_id": broker_id, "rows": [], "errors": {}, "found": False}
         return render(request, "webui/cluster/broker_configs.html", context, status=404)
-    entries, errors, changed = edit_configs(
-        request, ConfigResourceType.BROKER, str(broker_id), f"broker/{broker_id}"
+    return configs_page(
+        request,
+        ConfigResourceType.BROKER,
+        str(broker_id),
+        noun=f"broker {broker_id}",
+        template="webui/cluster/broker_configs.html",
+        context={"broker_id": broker_id},
+        success_url=reverse("webui:broker-configs", args=[broker_id]),
     )
-    if changed:
-        messages.success(request, f"Configs of broker {broker_id} updated.")
-        return redirect("webui:broker-configs", broker_id=broker_id)
-    context = {
-        "broker_id": broker_id,
-        "rows": config_rows(entries or []),
-        "errors": errors,
-        "found": entries is not None,
-    }
-    status = 404 if entries is None else 400 if errors else 200
-    return render(request, "webui/cluster/broker_configs.html", context, status=status)

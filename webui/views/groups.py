@@ -6,29 +6,29 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import register_converter, reverse
 from rest_framework import serializers
 
 from api import audit
-from api.permissions import OPERATOR, has_role
+from api.permissions import OPERATOR
 from api.serializers.groups import (
     GROUP_TYPES,
     RESET_TARGETS,
-    GroupConfigAlterSerializer,
     ResetOffsetsSerializer,
 )
 from api.views.groups import describe_with_lag, offsets_data, reset_offsets
-from broker.client.models import AlterConfigOp, AlterConfigOpType, ConfigResourceType
+from broker.client.models import ConfigResourceType
 from webui.views.base import (
     BrokerCallFailed,
     broker_call,
     confirmed_call,
     paginate,
+    require_role_to_post,
     role_required,
 )
+from webui.views.configs import configs_page
 
 
 class KafkaIdConverter:
@@ -130,51 +130,15 @@ def group_reset(request: HttpRequest, group_id: str) -> HttpResponse:
 
 @role_required()
 def group_configs_page(request: HttpRequest, group_id: str) -> HttpResponse:
-    errors: Any = {}
-    try:
-        entries = broker_call(
-            request, lambda admin: admin.describe_configs(ConfigResourceType.GROUP, group_id)
-        )
-    except BrokerCallFailed:
-        return redirect("webui:group-detail", group_id=group_id)
-    if request.method == "POST":
-        if not has_role(request.user, OPERATOR):
-            raise PermissionDenied(f"This page needs the {OPERATOR} role.")
-        data = {
-            "set": {
-                e.name: request.POST[f"config:{e.name}"]
-                for e in entries
-                if request.POST.get(f"config:{e.name}", "").strip() not in ("", e.value)
-                and request.POST.get(f"default:{e.name}") != "on"
-            },
-            "delete": [e.name for e in entries if request.POST.get(f"default:{e.name}") == "on"],
-        }
-        serializer = GroupConfigAlterSerializer(data=data)
-        if serializer.is_valid():
-            d = serializer.validated_data
-            ops = [AlterConfigOp(n, v) for n, v in d["set"].items()] + [
-                AlterConfigOp(n, None, AlterConfigOpType.DELETE) for n in d["delete"]
-            ]
-            audit.note(request, resource=f"group/{group_id}", set=d["set"], delete=d["delete"])
-            try:
-                broker_call(
-                    request,
-                    lambda admin: admin.incremental_alter_configs(
-                        ConfigResourceType.GROUP, group_id, ops
-                    ),
-                )
-            except BrokerCallFailed:
-                pass
-            else:
-                messages.success(request, f"Configs of group {group_id} updated.")
-                return redirect("webui:group-configs", group_id=group_id)
-        else:
-            errors = serializer.errors
-    return render(
+    require_role_to_post(request, OPERATOR)
+    return configs_page(
         request,
-        "webui/groups/configs.html",
-        {"group_id": group_id, "entries": entries, "errors": errors},
-        status=400 if errors else 200,
+        ConfigResourceType.GROUP,
+        group_id,
+        noun=f"group {group_id}",
+        template="webui/groups/configs.html",
+        context={"group_id": group_id},
+        success_url=reverse("webui:group-configs", args=[group_id]),
     )
 
 

@@ -8,18 +8,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import register_converter, reverse
 from rest_framework import serializers
 
 from api import audit
-from api.permissions import OPERATOR, has_role
+from api.permissions import OPERATOR
 from api.serializers.topics import (
-    CONFIG_SOURCES,
-    DYNAMIC_SOURCES,
-    ConfigAlterSerializer,
     PartitionsCreateSerializer,
     RecordProduceSerializer,
     RecordQuerySerializer,
@@ -28,14 +24,17 @@ from api.serializers.topics import (
     parse_config_lines,
 )
 from broker.client import PartitionReader, Producer
-from broker.client.models import ConfigEntry, ConfigResourceType, NewTopic
+from broker.client.models import ConfigResourceType, NewTopic
 from webui.views.base import (
     BrokerCallFailed,
     broker_call,
     confirmed_call,
     paginate,
+    require_role_to_post,
     role_required,
+    validated,
 )
+from webui.views.configs import configs_page
 
 
 class TopicNameConverter:
@@ -66,19 +65,6 @@ def lines_field(data: dict[str, Any], errors: dict[str, Any], post: Any, field: 
         data[field] = parse_config_lines(post.get(field, ""))
     except serializers.ValidationError as e:
         errors[field] = e.detail
-
-
-def validated(
-    serializer_class: type[serializers.Serializer], data: dict[str, Any], errors: dict[str, Any]
-) -> serializers.Serializer | None:
-    """The serializer when the data is valid and no field failed before it, else None with its
-    errors merged into `errors`."""
-    serializer = serializer_class(data=data)
-    if serializer.is_valid() and not errors:
-        return serializer
-    for field, field_errors in serializer.errors.items():
-        errors.setdefault(field, field_errors)
-    return None
 
 
 # --- list, create, delete ---
@@ -187,104 +173,18 @@ def topic_partitions(request: HttpRequest, name: str) -> HttpResponse:
     )
 
 
-# --- configs ---
-
-
-def config_rows(entries: list[ConfigEntry]) -> list[dict[str, Any]]:
-    return [
-        {
-            "name": e.name,
-            "value": e.value,
-            "source": CONFIG_SOURCES.get(e.source, "UNKNOWN"),
-            "dynamic": e.source in DYNAMIC_SOURCES,
-            "read_only": e.read_only,
-            "sensitive": e.is_sensitive,
-        }
-        for e in sorted(entries, key=lambda e: e.name)
-    ]
-
-
-def config_changes(post: Any, entries: list[ConfigEntry]) -> dict[str, Any]:
-    """The edit form as ConfigAlterSerializer data: every editable value that differs from the
-    current one is SET; every ticked "reset" is DELETEd. A sensitive config left blank keeps
-    its (hidden) value."""
-    to_set: dict[str, str] = {}
-    to_delete: list[str] = []
-    for e in entries:
-        if e.read_only:
-            continue
-        if post.get(f"reset:{e.name}"):
-            to_delete.append(e.name)
-            continue
-        value = post.get(f"config:{e.name}")
-        if value is None or (e.is_sensitive and value == ""):
-            continue
-        if value != (e.value or ""):
-            to_set[e.name] = value
-    try:
-        to_set.update(parse_config_lines(post.get("extra", "")))
-    except serializers.ValidationError as e:
-        return {"set": to_set, "delete": to_delete, "extra_errors": e.detail}
-    return {"set": to_set, "delete": to_delete}
-
-
-def edit_configs(
-    request: HttpRequest, resource_type: ConfigResourceType, name: str, resource: str
-) -> tuple[list[ConfigEntry] | None, dict[str, Any], bool]:
-    """Describe the resource's configs and, on POST, apply the edit form: (entries, errors,
-    whether a change was made)."""
-    errors: dict[str, Any] = {}
-    try:
-        entries = broker_call(request, lambda admin: admin.describe_configs(resource_type, name))
-    except BrokerCallFailed:
-        return None, errors, False
-    if request.method != "POST":
-        return entries, errors, False
-    data = config_changes(request.POST, entries)
-    if "extra_errors" in data:
-        errors["extra"] = data.pop("extra_errors")
-    serializer = validated(ConfigAlterSerializer, data, errors)
-    if serializer is None:
-        return entries, errors, False
-    audit.note(
-        request,
-        resource=resource,
-        set=sorted(data["set"]) if resource_type == ConfigResourceType.BROKER else data["set"],
-        delete=data["delete"],
-    )
-    ops = serializer.operations()
-    try:
-        broker_call(
-            request, lambda admin: admin.incremental_alter_configs(resource_type, name, ops)
-        )
-    except BrokerCallFailed:
-        return entries, errors, False
-    return entries, errors, True
-
-
-def require_role_to_post(request: HttpRequest, role: str) -> None:
-    """Pages anyone may read but only `role` may submit."""
-    if request.method == "POST" and not has_role(request.user, role):
-        raise PermissionDenied(f"This change needs the {role} role.")
-
-
 @role_required()
 def topic_configs(request: HttpRequest, name: str) -> HttpResponse:
     require_role_to_post(request, OPERATOR)
-    entries, errors, changed = edit_configs(
-        request, ConfigResourceType.TOPIC, name, f"topic/{name}"
+    return configs_page(
+        request,
+        ConfigResourceType.TOPIC,
+        name,
+        noun=f"topic {name}",
+        template="webui/topics/configs.html",
+        context={"name": name},
+        success_url=reverse("webui:topic-configs", args=[name]),
     )
-    if changed:
-        messages.success(request, f"Configs of topic {name} updated.")
-        return redirect("webui:topic-configs", name=name)
-    context = {
-        "name": name,
-        "rows": config_rows(entries or []),
-        "errors": errors,
-        "found": entries is not None,
-    }
-    status = 404 if entries is None else 400 if errors else 200
-    return render(request, "webui/topics/configs.html", context, status=status)
 
 
 # --- records ---

@@ -14,7 +14,7 @@ from api import audit
 from api.permissions import ADMIN
 from api.serializers.users import MECHANISMS, ScramDeleteQuerySerializer, ScramUpsertSerializer
 from api.views.users import delete_credentials, users_data
-from webui.views.base import BrokerCallFailed, broker_call, confirm, paginate, role_required
+from webui.views.base import BrokerCallFailed, broker_call, confirmed_call, paginate, role_required
 
 
 def render_list(
@@ -83,18 +83,16 @@ def user_delete(request: HttpRequest, name: str) -> HttpResponse:
         return redirect("webui:user-list")
     mechanism = query.validated_data.get("mechanism")
     if request.method == "POST":
-        audit.note(request, resource=f"user/{name}", mechanism=mechanism or "all")
-        try:
-            broker_call(request, lambda admin: delete_credentials(admin, name, mechanism))
-        except BrokerCallFailed:
-            return redirect("webui:user-list")
-        messages.success(request, f"{mechanism or 'Every'} credential of {name} deleted.")
-        return redirect("webui:user-list")
+        audit.note(request, mechanism=mechanism or "all")
     what = f"the {mechanism} credential" if mechanism else "every SCRAM credential"
-    return confirm(
+    return confirmed_call(
         request,
+        lambda admin: delete_credentials(admin, name, mechanism),
+        resource=f"user/{name}",
+        done=f"{mechanism or 'Every'} credential of {name} deleted.",
+        success_url=reverse("webui:user-list"),
+        cancel_url=reverse("webui:user-list"),
         title=f"Delete user {name}",
         message=f"Delete {what} of {name}? Clients authenticating with it will be refused.",
         action_label="Delete credential",
-        cancel_url=reverse("webui:user-list"),
     )
