@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.client.errors import KafkaAdminError, check
 from broker.client.models import ConsumerRecord
-from broker.client.producer import RoutingClient
+from broker.client.routing import RoutingClient
 from broker.client.session import Session
 from broker.records.batch import MAGIC_V2, BatchHeader, decode_batch, iter_batches
 from broker.records.control import ABORT, parse_marker

@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.client import AdminClient, KafkaAdminError, PartitionReader, Producer, RecordMetadata
 from broker.client.models import NewTopic
-from broker.client.producer import murmur2, partition_for_key
+from broker.client.routing import murmur2, partition_for_key
 
 pytestmark = pytest.mark.timeout(120)
 
