@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import NamedTuple
 
 from broker.security.operations import AclOperation, AclPermissionType, PatternType, ResourceType
 
@@ -37,7 +38,12 @@ __all__ = [
     "TransactionListing",
 ]
 
-TopicPartition = tuple[str, int]
+
+class TopicPartition(NamedTuple):
+    """A partition of a topic; equal to and hashed as the plain `(topic, partition)` tuple."""
+
+    topic: str
+    partition: int
 
 
 class ConfigResourceType(IntEnum):
@@ -259,3 +265,27 @@ class ConsumerRecord:
 
 
 __all__ += ["ConsumerRecord", "RecordMetadata"]
+
+
+@dataclass(frozen=True)
+class OffsetAndMetadata:
+    """A committed position: the offset of the next record to read, and the committer's note."""
+
+    offset: int
+    metadata: str = ""
+    leader_epoch: int = -1
+
+
+@dataclass(frozen=True)
+class ConsumerGroupMetadata:
+    """What a transactional producer sends with the consumer's offsets (KIP-447), so that the
+    group coordinator fences a commit by a member that has left the group: the generation id
+    of a classic group, or the member epoch of a consumer-protocol one."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
+__all__ += ["ConsumerGroupMetadata", "OffsetAndMetadata"]
