@@ -114,7 +114,7 @@ def test_tampered_token_is_absent():
 
 def test_oversized_token_falls_back_to_the_low_water_mark():
     gaps = PartitionGaps(0)
-    for i in range(400):
+    for _ in range(400):
         gaps, _ = gaps.advance(gaps.primary + 1).open_gap(gaps.primary + 3)
     committed = gaps.to_commit(metadata_max_bytes=4096)
     assert committed == OffsetAndMetadata(gaps.low_water, "")
