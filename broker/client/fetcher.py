@@ -2,16 +2,13 @@
 
 What a console's "show messages" or an export job needs: sessionless Fetch requests (session
 id 0, epoch -1) to the partition leader that never wait (max_wait 0), decoded as a Kafka
-consumer does: compressed batches opened, magic 0/1 entries of old-format topics read,
-control batches skipped, and in read_committed the records of aborted transactions dropped.
+consumer does (record_decoder.py).
 """
 
 from __future__ import annotations
 
-import heapq
 import uuid
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -19,27 +16,12 @@ from kio.schema.errors import ErrorCode
 
 from broker.client.errors import KafkaAdminError, check
 from broker.client.models import ConsumerRecord
+from broker.client.record_decoder import ISOLATION_LEVELS, FetchedChunk, decode_records
 from broker.client.routing import RoutingClient
 from broker.client.session import Session
-from broker.records.batch import MAGIC_V2, BatchHeader, decode_batch, iter_batches
-from broker.records.control import ABORT, parse_marker
-from broker.records.errors import InvalidRecordError
-from broker.records.legacy import MAGIC_V0, decode_message_set
 
 FETCH = 1
-ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
-NO_TIMESTAMP_TYPE = -1
 _MAX_FETCH_BYTES = (1 << 31) - 1
-
-
-@dataclass
-class FetchedChunk:
-    """What one Fetch gave: the records at or past the requested offset, where the next fetch
-    starts, and where the readable log ends (high watermark, or LSO in read_committed)."""
-
-    records: list[ConsumerRecord] = field(default_factory=list)
-    next_offset: int = 0
-    end_offset: int = 0
 
 
 class PartitionReader(RoutingClient):
@@ -154,7 +136,7 @@ class PartitionReader(RoutingClient):
             if end < 0:  # a broker that does not report the LSO
                 end = data.high_watermark
             raw = data.records or b""
-            chunk = _decode(
+            chunk = decode_records(
                 topic, partition, offset, raw, data.aborted_transactions, isolation, max_records
             )
             chunk.end_offset = end
@@ -225,119 +207,3 @@ def _isolation(name: str) -> int:
         return ISOLATION_LEVELS[name]
     except KeyError:
         raise ValueError(f"isolation.level must be one of {', '.join(ISOLATION_LEVELS)}") from None
-
-
-def _decode(
-    topic: str,
-    partition: int,
-    fetch_offset: int,
-    raw: bytes | memoryview,
-    aborted: Sequence[Any] | None,
-    isolation: int,
-    max_records: int | None,
-) -> FetchedChunk:
-    """A consumer's reading of a partition's fetched bytes (Kafka's CompletedFetch): a partial
-    entry at the end is left for the next fetch."""
-    chunk = FetchedChunk(next_offset=fetch_offset)
-    # read_committed: the aborted transactions whose first offset the batches reached, by
-    # producer; an ABORT marker ends one.
-    pending = sorted((a.first_offset, a.producer_id) for a in aborted or ()) if isolation else []
-    aborting: set[int] = set()
-    view = memoryview(raw)
-    try:
-        for pos, header in iter_batches(view):
-            if max_records is not None and len(chunk.records) >= max_records:
-                break
-            entry = view[pos : pos + header.size]
-            if header.magic != MAGIC_V2:
-                _add_legacy(chunk, topic, partition, fetch_offset, entry, max_records)
-                continue
-            while pending and pending[0][0] <= header.last_offset:
-                aborting.add(heapq.heappop(pending)[1])
-            if header.is_control:
-                if header.producer_id in aborting and _is_abort_marker(entry):
-                    aborting.discard(header.producer_id)
-                chunk.next_offset = max(chunk.next_offset, header.next_offset)
-                continue
-            if header.is_transactional and header.producer_id in aborting:
-                chunk.next_offset = max(chunk.next_offset, header.next_offset)
-                continue
-            _add_batch(chunk, topic, partition, fetch_offset, header, entry, max_records)
-    except InvalidRecordError as e:
-        raise KafkaAdminError.from_code(e.error_code, str(e), f"{topic}-{partition}") from e
-    return chunk
-
-
-def _add_batch(
-    chunk: FetchedChunk,
-    topic: str,
-    partition: int,
-    fetch_offset: int,
-    header: BatchHeader,
-    entry: memoryview,
-    max_records: int | None,
-) -> None:
-    _, records = decode_batch(entry)
-    for record in records:
-        offset = header.record_offset(record)
-        if offset < fetch_offset:
-            continue  # the batch began before the requested offset
-        if max_records is not None and len(chunk.records) >= max_records:
-            return
-        chunk.records.append(
-            ConsumerRecord(
-                topic,
-                partition,
-                offset,
-                header.record_timestamp(record),
-                header.timestamp_type,
-                record.key,
-                record.value,
-                list(record.headers),
-            )
-        )
-        chunk.next_offset = offset + 1
-    # Every record of the batch is read: compaction may have left holes past its last one.
-    chunk.next_offset = max(chunk.next_offset, header.next_offset)
-
-
-def _add_legacy(
-    chunk: FetchedChunk,
-    topic: str,
-    partition: int,
-    fetch_offset: int,
-    entry: memoryview,
-    max_records: int | None,
-) -> None:
-    messages = decode_message_set(entry)
-    for m in messages:
-        if m.offset < fetch_offset:
-            continue
-        if max_records is not None and len(chunk.records) >= max_records:
-            return
-        chunk.records.append(
-            ConsumerRecord(
-                topic,
-                partition,
-                m.offset,
-                m.timestamp,
-                NO_TIMESTAMP_TYPE if m.magic == MAGIC_V0 else m.timestamp_type,
-                m.key,
-                m.value,
-                [],
-            )
-        )
-        chunk.next_offset = m.offset + 1
-    if messages:
-        chunk.next_offset = max(chunk.next_offset, messages[-1].offset + 1)
-
-
-def _is_abort_marker(entry: memoryview) -> bool:
-    _, records = decode_batch(entry)
-    if not records:
-        return False
-    try:
-        control_type, _ = parse_marker(records[0].key, records[0].value)
-    except InvalidRecordError:
-        return False  # a control record of a kind this client does not know: skipped
-    return control_type == ABORT

@@ -262,6 +262,9 @@ class ConsumerRecord:
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+    # The batch's partition leader epoch (-1 for magic 0/1 entries): where the record sat, not
+    # what it is, so records compare equal without it.
+    leader_epoch: int = field(default=-1, compare=False)
 
 
 __all__ += ["ConsumerRecord", "RecordMetadata"]
