@@ -781,6 +781,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             at_least(1),
         ),
         ConfigDef(
+            "transaction.two.phase.commit.enable",
+            "boolean",
+            False,
+            "Allow producers to take part in two-phase commit (KIP-939): InitProducerId with "
+            "enable2Pc, whose transactions never time out. Off, such a request gets "
+            "TRANSACTIONAL_ID_AUTHORIZATION_FAILED.",
+        ),
+        ConfigDef(
             "transaction.remove.expired.transaction.cleanup.interval.ms",
             "int",
             3600000,

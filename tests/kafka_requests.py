@@ -22,6 +22,24 @@ def ms(n: int) -> timedelta:
     return timedelta(milliseconds=n)
 
 
+PRODUCE_V = 11
+
+
+def produce_request(
+    topic: str, records: bytes | None, *, partition=0, acks=-1, v=PRODUCE_V, transactional_id=None
+):
+    part = req(0, v, "PartitionProduceData", index=partition, records=records)
+    return req(
+        0,
+        v,
+        "ProduceRequest",
+        acks=acks,
+        timeout=ms(5000),
+        transactional_id=transactional_id,
+        topic_data=(req(0, v, "TopicProduceData", name=topic, partition_data=(part,)),),
+    )
+
+
 def fetch_request(
     topic_id=None,
     offset=0,

@@ -3,7 +3,13 @@ transactional one, the transaction coordinator's id and epoch for its transactio
 fences the previous instance and ends its open transaction).
 
 A transactional producer needs WRITE on its transactional id; an idempotent one IDEMPOTENT_WRITE
-on the cluster or WRITE on some topic (Kafka 3+, KIP-679)."""
+on the cluster or WRITE on some topic (Kafka 3+, KIP-679).
+
+v6 is KIP-939's two-phase commit: `enable2Pc` asks for a transaction without timeout, which
+needs the broker's `transaction.two.phase.commit.enable` and TWO_PHASE_COMMIT on the
+transactional id (Kafka answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED to both, so a client
+cannot tell a disabled feature from a missing ACL); `keepPreparedTxn` leaves an ongoing
+transaction open and answers its producer id and epoch besides the new process's own."""
 
 from __future__ import annotations
 
@@ -11,17 +17,28 @@ from kio.schema.errors import ErrorCode
 
 from broker.apis.auth_helper import authorize_cluster
 from broker.apis.base import NO_THROTTLE, RequestContext
+from broker.coordinator.transaction_coordinator import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    InitProducerIdResponse,
+)
 from broker.security.operations import AclOperation, ResourceType
-
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
 
 
 async def handle_init_producer_id(broker, ctx: RequestContext, request) -> object:
     transactional_id = request.transactional_id
+    two_phase_commit = getattr(request, "enable2_pc", False)
+    keep_prepared_txn = getattr(request, "keep_prepared_txn", False)
+    if two_phase_commit and not broker.config["transaction.two.phase.commit.enable"]:
+        return _response(ctx, ErrorCode.transactional_id_authorization_failed)
     if transactional_id is not None:
         if not broker.authorize(
             ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
+        ) or (
+            two_phase_commit
+            and not broker.authorize(
+                ctx, AclOperation.TWO_PHASE_COMMIT, ResourceType.TRANSACTIONAL_ID, transactional_id
+            )
         ):
             return _response(ctx, ErrorCode.transactional_id_authorization_failed)
     elif not (
@@ -37,16 +54,28 @@ async def handle_init_producer_id(broker, ctx: RequestContext, request) -> objec
     if transactional_id == "":
         return _response(ctx, ErrorCode.invalid_request)
     if transactional_id is not None:
-        return await _init_transactional(broker, ctx, request, producer_id, producer_epoch)
+        return await _init_transactional(
+            broker, ctx, request, producer_id, producer_epoch, two_phase_commit, keep_prepared_txn
+        )
+    if two_phase_commit or keep_prepared_txn:
+        return _response(ctx, ErrorCode.invalid_request)  # there is no transaction to keep
     # Without a transactional id Kafka hands out a new id blindly, whatever the request names:
     # the old id's sequences live on in the partitions until they expire.
     return _response(ctx, ErrorCode.none, await broker.generate_producer_id(), 0)
 
 
-async def _init_transactional(broker, ctx, request, producer_id: int, producer_epoch: int):
+async def _init_transactional(
+    broker,
+    ctx,
+    request,
+    producer_id: int,
+    producer_epoch: int,
+    two_phase_commit: bool,
+    keep_prepared_txn: bool,
+):
     fresh = await broker.generate_producer_id()  # used only if the id needs a new one
     coordinator = broker.transaction_coordinator
-    result = await broker.transaction_runtime.run(
+    result: InitProducerIdResponse = await broker.transaction_runtime.run(
         lambda now_ms: coordinator.init_producer_id(
             request.transactional_id,
             int(request.transaction_timeout.total_seconds() * 1000),
@@ -54,12 +83,21 @@ async def _init_transactional(broker, ctx, request, producer_id: int, producer_e
             producer_epoch,
             fresh,
             now_ms,
+            two_phase_commit=two_phase_commit,
+            keep_prepared_txn=keep_prepared_txn,
         )
     )
     error = result.error
     if error is ErrorCode.producer_fenced and ctx.api_version < 4:
         error = ErrorCode.invalid_producer_epoch  # PRODUCER_FENCED came with v4 (KIP-588)
-    return _response(ctx, error, result.producer_id, result.producer_epoch)
+    return _response(
+        ctx,
+        error,
+        result.producer_id,
+        result.producer_epoch,
+        result.ongoing_producer_id,
+        result.ongoing_producer_epoch,
+    )
 
 
 def _response(
@@ -67,6 +105,8 @@ def _response(
     error_code: ErrorCode,
     producer_id: int = NO_PRODUCER_ID,
     producer_epoch: int = NO_PRODUCER_EPOCH,
+    ongoing_producer_id: int = NO_PRODUCER_ID,
+    ongoing_producer_epoch: int = NO_PRODUCER_EPOCH,
 ):
     return ctx.response(
         "InitProducerIdResponse",
@@ -74,4 +114,6 @@ def _response(
         error_code=error_code,
         producer_id=producer_id,
         producer_epoch=producer_epoch,
+        ongoing_txn_producer_id=ongoing_producer_id,
+        ongoing_txn_producer_epoch=ongoing_producer_epoch,
     )

@@ -71,8 +71,8 @@ API_SPECS: dict[int, ApiSpec] = {
         ApiSpec(19, "CreateTopics", 2, 7, handle_create_topics),
         ApiSpec(20, "DeleteTopics", 1, 6, handle_delete_topics),
         ApiSpec(21, "DeleteRecords", 0, 2, handle_delete_records),
-        # InitProducerId v6 (KIP-939, two-phase commit) is Kafka 4.1's, and transactional.
-        ApiSpec(22, "InitProducerId", 0, 5, handle_init_producer_id),
+        # InitProducerId v6 is KIP-939's two-phase commit.
+        ApiSpec(22, "InitProducerId", 0, 6, handle_init_producer_id),
         ApiSpec(23, "OffsetForLeaderEpoch", 2, 4, handle_offset_for_leader_epoch),
         ApiSpec(32, "DescribeConfigs", 1, 4, handle_describe_configs),
         ApiSpec(33, "AlterConfigs", 0, 2, handle_alter_configs),

@@ -8,6 +8,13 @@ Ending a transaction is two-phase, as in Kafka: PrepareCommit/PrepareAbort is wr
 (from then on the outcome is decided and survives a crash), then the runtime writes a COMMIT or
 ABORT marker to every partition of the transaction (`MarkerJob`), then CompleteCommit /
 CompleteAbort. Start-up replay finds the transactions caught between the two and finishes them.
+
+Two-phase commit (KIP-939): a producer that enables it gets no transaction timeout (Kafka marks
+such a transaction by a timeout of Integer.MAX_VALUE, which the record keeps), so a prepared
+transaction waits for its outcome however long an external coordinator takes. InitProducerId
+with keepPreparedTxn leaves an ongoing transaction open and hands the new process an identity of
+its own (the "next" producer id and epoch, as Kafka's coordinator does), with which it alone may
+end the transaction; the markers then fence the process that prepared it.
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ from broker.coordinator.transaction_records import TransactionState as S
 # Kafka bumps to a new producer id rather than let the epoch reach Short.MAX_VALUE.
 MAX_PRODUCER_EPOCH = 32767 - 1
 NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+# Kafka's mark of a two-phase commit transaction: it never times out.
+TWO_PHASE_COMMIT_TIMEOUT_MS = 2**31 - 1
 
 TopicPartition = tuple[str, int]
 _PREPARED = {S.PREPARE_COMMIT: S.COMPLETE_COMMIT, S.PREPARE_ABORT: S.COMPLETE_ABORT}
@@ -61,9 +71,28 @@ class TransactionMetadata:
     start_ms: int = -1
     last_update_ms: int = -1
     previous_producer_id: int = NO_PRODUCER_ID
+    # The identity InitProducerId(keepPreparedTxn) gave the process that took the ongoing
+    # transaction over; it becomes the id's identity when the transaction ends.
+    next_producer_id: int = NO_PRODUCER_ID
+    next_producer_epoch: int = NO_PRODUCER_EPOCH
     # In memory only, as in Kafka: the epoch before the last bump, so that a retried
     # InitProducerId (KIP-360) gets the same answer instead of a second bump.
     last_producer_epoch: int = -1
+
+    @property
+    def two_phase_commit(self) -> bool:
+        return self.timeout_ms == TWO_PHASE_COMMIT_TIMEOUT_MS
+
+    @property
+    def taken_over(self) -> bool:
+        return self.next_producer_id != NO_PRODUCER_ID
+
+    @property
+    def owner(self) -> tuple[int, int]:
+        """Who may end the transaction: the process that took it over, if one did."""
+        if self.taken_over:
+            return self.next_producer_id, self.next_producer_epoch
+        return self.producer_id, self.producer_epoch
 
     def record(self) -> Record:
         by_topic: dict[str, list[int]] = {}
@@ -82,6 +111,8 @@ class TransactionMetadata:
                 transaction_last_update_timestamp_ms=self.last_update_ms,
                 transaction_start_timestamp_ms=self.start_ms,
                 previous_producer_id=self.previous_producer_id,
+                next_producer_id=self.next_producer_id,
+                next_producer_epoch=self.next_producer_epoch,
             ),
         )
 
@@ -99,6 +130,8 @@ class TransactionMetadata:
             value.transaction_start_timestamp_ms,
             value.transaction_last_update_timestamp_ms,
             value.previous_producer_id,
+            value.next_producer_id,
+            value.next_producer_epoch,
         )
 
 
@@ -124,7 +157,10 @@ class TxnResult:
 class InitProducerIdResponse:
     error: ErrorCode
     producer_id: int = NO_PRODUCER_ID
-    producer_epoch: int = -1
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    # KIP-939: the transaction keepPreparedTxn kept open, for the new process to end.
+    ongoing_producer_id: int = NO_PRODUCER_ID
+    ongoing_producer_epoch: int = NO_PRODUCER_EPOCH
 
 
 class TransactionCoordinator:
@@ -174,11 +210,19 @@ class TransactionCoordinator:
         producer_epoch: int,
         fresh_producer_id: int,
         now_ms: int,
+        *,
+        two_phase_commit: bool = False,
+        keep_prepared_txn: bool = False,
     ) -> TxnResult:
         """`fresh_producer_id` is used when the id needs a new producer id (first use, or its
         epoch is exhausted); the caller allocates it beforehand so that this stays sync."""
-        if not 0 < timeout_ms <= self.config.max_timeout_ms:
+        if two_phase_commit:
+            timeout_ms = TWO_PHASE_COMMIT_TIMEOUT_MS  # transaction.max.timeout.ms is no bound
+        elif not 0 < timeout_ms <= self.config.max_timeout_ms:
             return TxnResult(response=InitProducerIdResponse(ErrorCode.invalid_transaction_timeout))
+        if keep_prepared_txn and producer_id != NO_PRODUCER_ID:
+            # Kafka: keeping is for a new process, resuming (KIP-360) for the same one.
+            return TxnResult(response=InitProducerIdResponse(ErrorCode.invalid_request))
         meta = self.transactions.get(transactional_id)
         if meta is None:
             meta = TransactionMetadata(
@@ -199,9 +243,11 @@ class TransactionCoordinator:
         if meta.state in _IN_FLIGHT:
             return TxnResult(response=InitProducerIdResponse(ErrorCode.concurrent_transactions))
         if meta.state is S.ONGOING:
+            if keep_prepared_txn:
+                return self._take_over(meta, timeout_ms, fresh_producer_id, now_ms)
             # Fence the previous instance: its transaction is aborted under a bumped epoch, and
             # the caller retries (CONCURRENT_TRANSACTIONS) once the abort completed.
-            result = self._abort(meta, now_ms, bump_epoch=True)
+            result = self._abort(meta, now_ms)
             result.response = InitProducerIdResponse(ErrorCode.concurrent_transactions)
             return result
         if meta.producer_epoch >= MAX_PRODUCER_EPOCH:
@@ -232,6 +278,9 @@ class TransactionCoordinator:
     ) -> TxnResult:
         """Response: the error for every partition (Kafka answers one error for all)."""
         meta = self.transactions.get(transactional_id)
+        if meta is not None and meta.taken_over and (producer_id, producer_epoch) == meta.owner:
+            # The process that took a prepared transaction over may only end it (Kafka).
+            return TxnResult(response=ErrorCode.invalid_txn_state)
         error = _producer_error(meta, producer_id, producer_epoch)
         if error is ErrorCode.none and meta.state in _IN_FLIGHT:
             error = ErrorCode.concurrent_transactions
@@ -257,14 +306,15 @@ class TransactionCoordinator:
         now_ms: int,
     ) -> TxnResult:
         meta = self.transactions.get(transactional_id)
-        error = _producer_error(meta, producer_id, producer_epoch)
+        error = _producer_error(meta, producer_id, producer_epoch, owner=True)
         if error is not ErrorCode.none:
             return TxnResult(response=error)
         state = meta.state
         if state is S.ONGOING:
-            if commit:
-                return self._prepare(meta, S.PREPARE_COMMIT, now_ms)
-            return self._abort(meta, now_ms, bump_epoch=False)
+            if meta.taken_over:
+                # The markers fence the process that prepared the transaction (KIP-939).
+                meta = replace(meta, producer_epoch=_bumped(meta.producer_epoch))
+            return self._prepare(meta, S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, now_ms)
         done = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
         if state is done:
             return TxnResult(response=ErrorCode.none)  # a retry of an EndTxn that completed
@@ -287,8 +337,12 @@ class TransactionCoordinator:
         the producer that left them is fenced (Kafka's abortTimedOutTransactions)."""
         result = TxnResult()
         for meta in list(self.transactions.values()):
-            if meta.state is S.ONGOING and meta.start_ms + meta.timeout_ms <= now_ms:
-                aborted = self._abort(meta, now_ms, bump_epoch=True)
+            if (
+                meta.state is S.ONGOING
+                and not meta.two_phase_commit  # its outcome is an external coordinator's
+                and meta.start_ms + meta.timeout_ms <= now_ms
+            ):
+                aborted = self._abort(meta, now_ms)
                 result.records += aborted.records
                 result.markers += aborted.markers
         return result
@@ -319,6 +373,8 @@ class TransactionCoordinator:
             return ErrorCode.invalid_producer_epoch
         if meta.state is not S.ONGOING or topic_partition not in meta.partitions:
             return ErrorCode.invalid_txn_state
+        if meta.taken_over and producer_epoch > meta.producer_epoch:
+            return ErrorCode.invalid_txn_state  # the new process may only end the transaction
         return ErrorCode.none
 
     def transactional_id_of(self, producer_id: int) -> str | None:
@@ -335,16 +391,48 @@ class TransactionCoordinator:
             result.records += self._complete_record(new, now_ms)
         return result
 
-    def _abort(self, meta: TransactionMetadata, now_ms: int, *, bump_epoch: bool) -> TxnResult:
-        if bump_epoch and meta.producer_epoch < MAX_PRODUCER_EPOCH:
-            meta = replace(meta, producer_epoch=meta.producer_epoch + 1)
+    def _abort(self, meta: TransactionMetadata, now_ms: int) -> TxnResult:
+        """The coordinator's own abort (a timeout, a new instance): under bumped epochs, so
+        that the producer that left it, and any process that took it over, are fenced."""
+        meta = replace(meta, producer_epoch=_bumped(meta.producer_epoch))
+        if meta.taken_over:
+            meta.next_producer_epoch = _bumped(meta.next_producer_epoch)
         return self._prepare(meta, S.PREPARE_ABORT, now_ms)
+
+    @staticmethod
+    def _take_over(
+        meta: TransactionMetadata, timeout_ms: int, fresh_producer_id: int, now_ms: int
+    ) -> TxnResult:
+        """KIP-939's keepPreparedTxn: the ongoing transaction stays as it is, the new process
+        gets the next epoch of the identity that owns it (a new producer id once exhausted)
+        and the ongoing identity, to match against what its external coordinator recorded."""
+        owner_id, owner_epoch = meta.owner
+        new = replace(meta, timeout_ms=timeout_ms, last_update_ms=now_ms)
+        if owner_epoch >= MAX_PRODUCER_EPOCH:
+            new.next_producer_id, new.next_producer_epoch = fresh_producer_id, 0
+        else:
+            new.next_producer_id, new.next_producer_epoch = owner_id, owner_epoch + 1
+        return _transition(
+            new,
+            InitProducerIdResponse(
+                ErrorCode.none,
+                new.next_producer_id,
+                new.next_producer_epoch,
+                meta.producer_id,
+                meta.producer_epoch,
+            ),
+        )
 
     @staticmethod
     def _complete_record(meta: TransactionMetadata, now_ms: int) -> list[Record]:
         done = replace(
             meta, state=_PREPARED[meta.state], partitions=frozenset(), last_update_ms=now_ms
         )
+        if meta.taken_over:  # the process that took the transaction over owns the id now
+            done.producer_id, done.producer_epoch = meta.owner
+            if done.producer_id != meta.producer_id:
+                done.previous_producer_id = meta.producer_id
+            done.next_producer_id, done.next_producer_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
         return [done.record()]
 
 
@@ -362,9 +450,18 @@ def _markers(meta: TransactionMetadata) -> MarkerJob:
     )
 
 
-def _producer_error(meta: TransactionMetadata | None, producer_id: int, epoch: int) -> ErrorCode:
-    if meta is None or meta.producer_id != producer_id:
+def _bumped(epoch: int) -> int:
+    return epoch + 1 if epoch < MAX_PRODUCER_EPOCH else epoch
+
+
+def _producer_error(
+    meta: TransactionMetadata | None, producer_id: int, epoch: int, *, owner: bool = False
+) -> ErrorCode:
+    """Checked against the id's producer, or with `owner` against whoever may end its
+    transaction; a producer id the transactional id had is fenced rather than unknown."""
+    if meta is None or producer_id not in (meta.producer_id, meta.owner[0]):
         return ErrorCode.invalid_producer_id_mapping
-    if epoch != meta.producer_epoch:
+    expected = meta.owner if owner else (meta.producer_id, meta.producer_epoch)
+    if (producer_id, epoch) != expected:
         return ErrorCode.producer_fenced
     return ErrorCode.none

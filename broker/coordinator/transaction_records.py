@@ -53,6 +53,7 @@ class TransactionLogValue:
     previous_producer_id: int = -1
     next_producer_id: int = -1
     client_transaction_version: int = 0
+    next_producer_epoch: int = -1
 
 
 TRANSACTION_CODEC = RecordCodec(
@@ -83,6 +84,9 @@ TRANSACTION_CODEC = RecordCodec(
                 _f("transaction_last_update_timestamp_ms", "int64"),
                 _f("transaction_start_timestamp_ms", "int64"),
                 _f("client_transaction_version", "int16", 1, tag=2),
+                # KIP-939: with next_producer_id, the identity of the process that took a
+                # prepared transaction over (InitProducerId with keepPreparedTxn).
+                _f("next_producer_epoch", "int16", 1, tag=3),
             ),
             1,
             1,

@@ -23,6 +23,7 @@ class AclOperation(IntEnum):
     IDEMPOTENT_WRITE = 12
     CREATE_TOKENS = 13
     DESCRIBE_TOKENS = 14
+    TWO_PHASE_COMMIT = 15  # KIP-939: InitProducerId with enable2Pc, on the transactional id
 
 
 class ResourceType(IntEnum):
@@ -87,7 +88,7 @@ SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
             _O.DESCRIBE,
         }
     ),
-    ResourceType.TRANSACTIONAL_ID: frozenset({_O.DESCRIBE, _O.WRITE}),
+    ResourceType.TRANSACTIONAL_ID: frozenset({_O.DESCRIBE, _O.WRITE, _O.TWO_PHASE_COMMIT}),
 }
 
 

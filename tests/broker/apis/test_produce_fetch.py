@@ -5,29 +5,14 @@ from __future__ import annotations
 import asyncio
 import struct
 
-from kafka_requests import fetch_request, ms, req
+from kafka_requests import fetch_request, produce_request, req
 from kio.schema.errors import ErrorCode
 
 from broker.client.connection import BrokerConnection, ConnectionClosed
 from broker.protocol import codec
 from broker.records.batch import build_batch, decode_batch, iter_batches
 
-PRODUCE_V, FETCH_V = 11, 16
-
-
-def produce_request(
-    topic: str, records: bytes | None, *, partition=0, acks=-1, v=PRODUCE_V, transactional_id=None
-):
-    part = req(0, v, "PartitionProduceData", index=partition, records=records)
-    return req(
-        0,
-        v,
-        "ProduceRequest",
-        acks=acks,
-        timeout=ms(5000),
-        transactional_id=transactional_id,
-        topic_data=(req(0, v, "TopicProduceData", name=topic, partition_data=(part,)),),
-    )
+FETCH_V = 16
 
 
 def batch(n: int, start: int = 0, size: int = 10) -> bytes:

@@ -47,10 +47,12 @@ class Harness:
                 self._replay(self.coordinator.complete(job.transactional_id, now_ms))
         return result.response
 
-    def init(self, txn="t", timeout_ms=60_000, pid=-1, epoch=-1, now_ms=T0):
+    def init(self, txn="t", timeout_ms=60_000, pid=-1, epoch=-1, now_ms=T0, **two_phase):
         self.next_pid += 1
         return self.apply(
-            self.coordinator.init_producer_id(txn, timeout_ms, pid, epoch, self.next_pid, now_ms)
+            self.coordinator.init_producer_id(
+                txn, timeout_ms, pid, epoch, self.next_pid, now_ms, **two_phase
+            )
         )
 
     def add(self, txn, pid, epoch, *partitions, now_ms=T0):
