@@ -131,6 +131,8 @@ def test_every_resource_type_can_be_bound(acl_settings, admin_api, unique):
     cases = [
         binding(resource_type="CLUSTER", resource_name="kafka-cluster", operation="ALTER"),
         binding(resource_type="TRANSACTIONAL_ID", resource_name=name, operation="WRITE"),
+        # KIP-939's operation comes through from the broker's enum.
+        binding(resource_type="TRANSACTIONAL_ID", resource_name=name, operation="TWO_PHASE_COMMIT"),
         binding(resource_type="DELEGATION_TOKEN", resource_name=name, operation="DESCRIBE"),
         binding(resource_type="USER", resource_name=name, operation="CREATE_TOKENS"),
     ]
