@@ -75,10 +75,13 @@ async def test_a_new_process_keeps_the_prepared_transaction_and_ends_it(enabled,
     assert ended.error_code == ErrorCode.none
     assert log.last_stable_offset == log.high_watermark == 3  # two records and the marker
     assert await transaction_state(client, "t") == ("CompleteCommit" if commit else "CompleteAbort")
-    # The marker fenced the process that prepared it.
+    # The marker fenced the process that prepared it; the new one goes on with its own epoch.
     assert (await produce(client, txn_batch(pid, epoch, 2))).error_code == (
         ErrorCode.invalid_producer_epoch
     )
+    new = (kept.producer_id, kept.producer_epoch)
+    await client.send(add_partitions("t", *new, [(TOPIC, 0)]))
+    assert (await produce(client, txn_batch(*new, 0))).error_code == ErrorCode.none
 
 
 async def test_keep_prepared_txn_without_a_transaction_answers_no_ongoing_one(enabled):
