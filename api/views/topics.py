@@ -172,5 +172,5 @@ class TopicViewSet(BrokerViewSet):
         serializer.is_valid(raise_exception=True)
         kwargs = serializer.send_kwargs()
         audit.note(request, resource=f"topic/{name}", partition=kwargs["partition"])
-        metadata = kafka.call(lambda producer: producer.send(name, **kwargs), Producer)
+        metadata = kafka.call(lambda producer: producer.send_and_wait(name, **kwargs), Producer)
         return Response(RecordMetadataSerializer(metadata).data, status=status.HTTP_201_CREATED)

@@ -185,6 +185,10 @@ class ClusterClient:
                 self.nodes[node_id] = Node(node_id, found.host, found.port)
         return await self.session(node_id)
 
+    def forget_coordinator(self, key_type: int, key: str) -> None:
+        """Look the coordinator up again next time (it moved, or its connection broke)."""
+        self._coordinators.pop((key_type, key), None)
+
     async def list_offsets_at(
         self, leader: int, tps: list[TopicPartition], timestamp: int, isolation_level: int
     ) -> dict[TopicPartition, int]:

@@ -41,3 +41,30 @@ def check(code: int, message: str | None = None, resource: str | None = None) ->
     """Raise for any code but NONE."""
     if code != ErrorCode.none:
         raise KafkaAdminError.from_code(code, message, resource)
+
+class IllegalStateError(RuntimeError):
+    """A call the client's state does not allow (Java's IllegalStateException): a transaction
+    begun twice, a commit with none open, a send before init_transactions()."""
+
+
+class KafkaTimeoutError(KafkaAdminError):
+    """Waited too long on the client side: a record not delivered within delivery_timeout_ms,
+    no buffer memory or metadata within max_block_ms (Java's TimeoutException)."""
+
+    def __init__(self, message: str, resource: str | None = None) -> None:
+        super().__init__(ErrorCode.request_timed_out, "REQUEST_TIMED_OUT", message, resource)
+
+
+class ProducerFencedError(KafkaAdminError):
+    """Another producer with the same transactional id took over (PRODUCER_FENCED or
+    INVALID_PRODUCER_EPOCH): fatal, the producer can only be closed."""
+
+
+class InvalidTxnStateError(KafkaAdminError):
+    """The transaction coordinator refused a request in the transaction's state: fatal."""
+
+
+class TransactionAbortableError(KafkaAdminError):
+    """The open transaction cannot commit (a record failed, its offsets were fenced by the
+    group, ...): abort_transaction() and start again; the code is the cause's."""
+

@@ -108,8 +108,13 @@ class RoutingClient(ClusterClient):
             )
         return route, leader
 
-    def forget_route(self, topic: str, error: Exception) -> None:
-        """Drop the cached leaders when `error` means they may have moved."""
+    def cached_route(self, topic: str) -> TopicRoute | None:
+        """The leaders known without asking, if any."""
+        return self._routes.get(topic)
+
+    def forget_route(self, topic: str, error: Exception | None) -> None:
+        """Drop the cached leaders when `error` means they may have moved (None: they
+        did)."""
         if not isinstance(error, KafkaAdminError) or error.code in STALE_ROUTES:
             self._routes.pop(topic, None)
 

@@ -17,6 +17,7 @@ import struct
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import crc32c
 
@@ -39,6 +40,7 @@ __all__ = [
     "crc_matches",
     "decode_batch",
     "encode_batch",
+    "frame_batch",
     "iter_batches",
     "read_entry_header",
     "read_header",
@@ -327,10 +329,35 @@ def build_batch(
 def encode_batch(
     records: Sequence[Record],
     *,
+    last_offset_delta: int | None = None,
+    compression: int = 0,
+    **header: Any,
+) -> bytes:
+    """Encode records with explicit deltas (compaction keeps offset holes and may set
+    last_offset_delta past the last surviving record); `header` is frame_batch's fields
+    (base_offset, base_timestamp and max_timestamp at least)."""
+    body = bytearray()
+    for record in records:
+        encode_record(record, body)
+    if last_offset_delta is None:
+        last_offset_delta = records[-1].offset_delta if records else -1
+    return frame_batch(
+        codecs.compress(compression, body),
+        records_count=len(records),
+        last_offset_delta=last_offset_delta,
+        compression=compression,
+        **header,
+    )
+
+
+def frame_batch(
+    payload: bytes | memoryview,
+    *,
+    records_count: int,
     base_offset: int,
     base_timestamp: int,
     max_timestamp: int,
-    last_offset_delta: int | None = None,
+    last_offset_delta: int,
     compression: int = 0,
     producer_id: int = -1,
     producer_epoch: int = -1,
@@ -341,14 +368,8 @@ def encode_batch(
     partition_leader_epoch: int = -1,
     delete_horizon: bool = False,
 ) -> bytes:
-    """Encode records with explicit deltas (compaction keeps offset holes and may set
-    last_offset_delta past the last surviving record)."""
-    body = bytearray()
-    for record in records:
-        encode_record(record, body)
-    payload = codecs.compress(compression, body)
-    if last_offset_delta is None:
-        last_offset_delta = records[-1].offset_delta if records else -1
+    """The header and CRC around an already encoded (and compressed) records section: a
+    producer frames the same payload again when a retry carries a new epoch or sequence."""
     attributes = compression & COMPRESSION_MASK
     if timestamp_type == LOG_APPEND_TIME:
         attributes |= TIMESTAMP_TYPE_MASK
@@ -374,7 +395,7 @@ def encode_batch(
         producer_id,
         producer_epoch,
         base_sequence,
-        len(records),
+        records_count,
     )
     out += payload
     struct.pack_into(">I", out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))

@@ -280,7 +280,7 @@ def _produce(request: HttpRequest, name: str) -> HttpResponse:
         audit.note(request, resource=f"topic/{name}", partition=kwargs["partition"])
         try:
             metadata = broker_call(
-                request, lambda producer: producer.send(name, **kwargs), Producer
+                request, lambda producer: producer.send_and_wait(name, **kwargs), Producer
             )
         except BrokerCallFailed:
             pass

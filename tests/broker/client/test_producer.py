@@ -1,6 +1,7 @@
 """The asyncio Producer against a real broker process, judged by librdkafka: what it writes
-confluent-kafka reads back (keys, headers, every codec), and keyed records land on the
-partition librdkafka's murmur2_random partitioner picks for the same key."""
+confluent-kafka reads back (keys, headers, every codec), keyed records land on the partition
+librdkafka's murmur2_random partitioner picks for the same key, keyless ones stick to one
+partition per batch (KIP-480)."""
 
 from __future__ import annotations
 
@@ -74,7 +75,7 @@ async def test_key_value_headers_round_trip_through_librdkafka(broker_process):
     ]
     async with Producer(bootstrap) as producer:
         metas = [
-            await producer.send(
+            await producer.send_and_wait(
                 topic, value, key, partition=1, headers=headers, timestamp_ms=ts + i
             )
             for i, (key, value, headers) in enumerate(sent)
@@ -92,9 +93,11 @@ async def test_compressed_records_read_by_librdkafka(broker_process, codec):
     topic = await create_topic(bootstrap)
     value = b"compressible " * 500
     async with Producer(bootstrap, compression_type=codec) as producer:
-        for i in range(3):
-            meta = await producer.send(topic, value + bytes([i]), key=b"k%d" % i, partition=0)
-            assert meta.offset == i
+        futures = [
+            await producer.send(topic, value + bytes([i]), key=b"k%d" % i, partition=0)
+            for i in range(3)
+        ]
+        assert [(await f).offset for f in futures] == [0, 1, 2]
     got = consume(bootstrap, topic, 0, 3)
     assert [(m.key(), m.value()) for m in got] == [
         (b"k%d" % i, value + bytes([i])) for i in range(3)
@@ -119,7 +122,8 @@ async def test_keyed_records_go_where_librdkafka_murmur2_random_puts_them(broker
     assert len(theirs) == len(keys)
 
     async with Producer(bootstrap) as producer:
-        ours = {key: (await producer.send(topic, b"fjord", key)).partition for key in keys}
+        futures = {key: await producer.send(topic, b"fjord", key) for key in keys}
+        ours = {key: (await future).partition for key, future in futures.items()}
     assert ours == theirs
     assert len(set(ours.values())) > 1
     assert {key: partition_for_key(key, partitions) for key in keys} == theirs
@@ -139,13 +143,24 @@ def test_murmur2_matches_kafka():
     assert {k: murmur2(k) for k in cases} == cases
 
 
-async def test_null_keys_spread_over_every_partition(broker_process):
+async def test_null_keys_stick_to_a_partition_per_batch(broker_process):
+    """KIP-480: keyless records queued together share one batch on one partition; each new
+    batch goes to another partition."""
     bootstrap = broker_process.bootstrap
     topic = await create_topic(bootstrap, 3)
-    async with Producer(bootstrap) as producer:
-        metas = [await producer.send(topic, b"v%d" % i) for i in range(6)]
-    assert sorted(m.partition for m in metas) == [0, 0, 1, 1, 2, 2]
-    assert sorted(m.offset for m in metas) == [0, 0, 0, 1, 1, 1]
+    async with Producer(bootstrap, linger_ms=60_000) as producer:
+        futures = [await producer.send(topic, b"v%d" % i) for i in range(5)]
+        await producer.flush()
+        together = [await f for f in futures]
+        alone = []
+        for i in range(6):
+            future = await producer.send(topic, b"w%d" % i)
+            await producer.flush()
+            alone.append(await future)
+    assert len({m.partition for m in together}) == 1
+    assert [m.offset for m in together] == [0, 1, 2, 3, 4]
+    partitions = [m.partition for m in alone]
+    assert all(a != b for a, b in zip(partitions, partitions[1:], strict=False))
 
 
 async def test_log_append_time_topic_reports_the_brokers_timestamp(broker_process):
@@ -153,7 +168,7 @@ async def test_log_append_time_topic_reports_the_brokers_timestamp(broker_proces
     topic = await create_topic(bootstrap, **{"message.timestamp.type": "LogAppendTime"})
     create_time = int(time.time() * 1000) - 3_600_000
     async with Producer(bootstrap) as producer:
-        meta = await producer.send(topic, b"v", timestamp_ms=create_time)
+        meta = await producer.send_and_wait(topic, b"v", timestamp_ms=create_time)
     assert meta.timestamp_ms != create_time
     async with PartitionReader(bootstrap) as reader:
         [record] = await reader.read(topic, 0, offset=0)
@@ -169,7 +184,7 @@ async def test_unknown_topic_and_partition(broker_process):
         with raises(ErrorCode.unknown_topic_or_partition):
             await producer.send(topic, b"v", partition=2)
         # The failures leave the producer usable.
-        assert (await producer.send(topic, b"v", partition=1)).offset == 0
+        assert (await producer.send_and_wait(topic, b"v", partition=1)).offset == 0
 
 
 async def test_too_large_record_is_the_brokers_error(broker_process):
@@ -177,7 +192,24 @@ async def test_too_large_record_is_the_brokers_error(broker_process):
     topic = await create_topic(bootstrap, **{"max.message.bytes": "1000"})
     async with Producer(bootstrap) as producer:
         with raises(ErrorCode.message_too_large):
-            await producer.send(topic, b"x" * 5000)
+            await producer.send_and_wait(topic, b"x" * 5000)
+        # Past max_request_size the producer refuses it itself, before queueing it.
+        with raises(ErrorCode.message_too_large):
+            await producer.send(topic, b"x" * 2_000_000)
+        # The records after it are written: the idempotent producer moved to a new epoch.
+        assert (await producer.send_and_wait(topic, b"small")).offset == 0
+
+
+async def test_batches_bigger_than_the_topic_allows_are_split(broker_process):
+    """MESSAGE_TOO_LARGE for a batch of several records: halves are sent, in order."""
+    bootstrap = broker_process.bootstrap
+    topic = await create_topic(bootstrap, **{"max.message.bytes": "3000"})
+    async with Producer(bootstrap, linger_ms=60_000, batch_size=100_000) as producer:
+        futures = [await producer.send(topic, b"%04d" % i + b"x" * 500) for i in range(16)]
+        await producer.flush()
+        assert [(await f).offset for f in futures] == list(range(16))
+    got = consume(bootstrap, topic, 0, 16)
+    assert [m.value()[:4] for m in got] == [b"%04d" % i for i in range(16)]
 
 
 def test_bad_compression_type_is_refused():
