@@ -3,7 +3,6 @@ groups (DescribeGroups) and KIP-848 consumer groups (ConsumerGroupDescribe)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
@@ -16,15 +15,21 @@ from kio.static.constants import EntityType
 from broker.client.admin_topics import LATEST, TopicOperations
 from broker.client.cluster import GROUP_KEY
 from broker.client.errors import KafkaAdminError, check
+from broker.client.group_offsets import (
+    committed_offsets,
+    offset_commit_request,
+    offset_fetch_request,
+)
 from broker.client.models import (
     ConsumerGroupMember,
     GroupDescription,
     GroupListing,
+    OffsetAndMetadata,
     PartitionLag,
     TopicPartition,
 )
 
-OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS = 8, 9, 15, 16
+DESCRIBE_GROUPS, LIST_GROUPS = 15, 16
 DELETE_GROUPS, CONSUMER_GROUP_DESCRIBE = 42, 69
 
 
@@ -119,32 +124,8 @@ class GroupOperations(TopicOperations):
 
         async def attempt() -> dict[TopicPartition, int]:
             session = await self.coordinator(GROUP_KEY, group_id)
-            response = await session.send(
-                session.request(
-                    OFFSET_FETCH,
-                    "OffsetFetchRequest",
-                    groups=(
-                        session.request(
-                            OFFSET_FETCH,
-                            "OffsetFetchRequestGroup",
-                            group_id=group_id,
-                            member_id=None,
-                            member_epoch=-1,
-                            topics=None,
-                        ),
-                    ),
-                    require_stable=True,
-                )
-            )
-            group = response.groups[0]
-            check(group.error_code, None, group_id)
-            offsets = {}
-            for t in group.topics:
-                for p in t.partitions:
-                    check(p.error_code, None, f"{t.name}-{p.partition_index}")
-                    if p.committed_offset >= 0:
-                        offsets[(t.name, p.partition_index)] = p.committed_offset
-            return offsets
+            response = await session.send(offset_fetch_request(session, group_id))
+            return {tp: om.offset for tp, om in committed_offsets(response, group_id).items()}
 
         return await self.retrying(attempt)
 
@@ -162,42 +143,11 @@ class GroupOperations(TopicOperations):
     ) -> None:
         """Commit offsets for a group with no active members as Kafka's AdminClient does:
         generation -1 and no member id, which a group with members refuses."""
-        by_topic: dict[str, list[tuple[int, int]]] = defaultdict(list)
-        for (topic, partition), offset in offsets.items():
-            by_topic[topic].append((partition, offset))
+        committed = {TopicPartition(*tp): OffsetAndMetadata(o) for tp, o in offsets.items()}
 
         async def attempt() -> None:
             session = await self.coordinator(GROUP_KEY, group_id)
-            response = await session.send(
-                session.request(
-                    OFFSET_COMMIT,
-                    "OffsetCommitRequest",
-                    group_id=group_id,
-                    generation_id_or_member_epoch=-1,
-                    member_id="",
-                    group_instance_id=None,
-                    retention_time_ms=-1,
-                    topics=tuple(
-                        session.request(
-                            OFFSET_COMMIT,
-                            "OffsetCommitRequestTopic",
-                            name=topic,
-                            partitions=tuple(
-                                session.request(
-                                    OFFSET_COMMIT,
-                                    "OffsetCommitRequestPartition",
-                                    partition_index=p,
-                                    committed_offset=o,
-                                    committed_leader_epoch=-1,
-                                    committed_metadata="",
-                                )
-                                for p, o in partitions
-                            ),
-                        )
-                        for topic, partitions in by_topic.items()
-                    ),
-                )
-            )
+            response = await session.send(offset_commit_request(session, group_id, committed))
             for t in response.topics:
                 for p in t.partitions:
                     check(p.error_code, None, f"{t.name}-{p.partition_index}")

@@ -194,6 +194,13 @@ class ClusterClient:
     ) -> dict[TopicPartition, int]:
         """One ListOffsets to the leader of `tps`: the offset of each for `timestamp` (-2 log
         start, -1 end, or milliseconds; -1 when every record is older), or its error."""
+        found = await self.list_offsets_and_timestamps(leader, tps, timestamp, isolation_level)
+        return {tp: offset for tp, (offset, _) in found.items()}
+
+    async def list_offsets_and_timestamps(
+        self, leader: int, tps: list[TopicPartition], timestamp: int, isolation_level: int
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        """`list_offsets_at`, with the timestamp of the record found (-1 for log ends)."""
         session = await self.session(leader)
         by_topic: dict[str, list[int]] = defaultdict(list)
         for topic, partition in tps:
@@ -230,7 +237,7 @@ class ClusterClient:
         for t in response.topics:
             for p in t.partitions:
                 check(p.error_code, None, f"{t.name}-{p.partition_index}")
-                offsets[(t.name, p.partition_index)] = p.offset
+                offsets[(t.name, p.partition_index)] = (p.offset, p.timestamp)
         return offsets
 
     async def retrying(self, attempt: Callable[[], Awaitable[T]]) -> T:

@@ -42,6 +42,7 @@ def check(code: int, message: str | None = None, resource: str | None = None) ->
     if code != ErrorCode.none:
         raise KafkaAdminError.from_code(code, message, resource)
 
+
 class IllegalStateError(RuntimeError):
     """A call the client's state does not allow (Java's IllegalStateException): a transaction
     begun twice, a commit with none open, a send before init_transactions()."""
@@ -68,3 +69,45 @@ class TransactionAbortableError(KafkaAdminError):
     """The open transaction cannot commit (a record failed, its offsets were fenced by the
     group, ...): abort_transaction() and start again; the code is the cause's."""
 
+
+# -- the consumer's errors ---------------------------------------------------------------------
+
+
+class OffsetOutOfRangeError(KafkaAdminError):
+    """A fetch position outside the log with auto_offset_reset="none"."""
+
+    def __init__(self, partition: tuple[str, int], offset: int) -> None:
+        super().__init__(
+            ErrorCode.offset_out_of_range,
+            "OFFSET_OUT_OF_RANGE",
+            f"offset {offset} is out of range and auto_offset_reset is none",
+            f"{partition[0]}-{partition[1]}",
+        )
+        self.partition = partition
+        self.offset = offset
+
+
+class NoOffsetForPartitionError(KafkaAdminError):
+    """No committed offset and auto_offset_reset="none" (Kafka's NoOffsetForPartitionException)."""
+
+    def __init__(self, partition: tuple[str, int]) -> None:
+        super().__init__(
+            ErrorCode.offset_out_of_range,
+            "NO_OFFSET_FOR_PARTITION",
+            "no committed offset and auto_offset_reset is none",
+            f"{partition[0]}-{partition[1]}",
+        )
+        self.partition = partition
+
+
+class CommitFailedError(KafkaAdminError):
+    """An OffsetCommit the group refused because the member is no longer who it was when the
+    records were handed out: ILLEGAL_GENERATION, STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID,
+    FENCED_INSTANCE_ID or REBALANCE_IN_PROGRESS. The partitions may belong to another member
+    now; their records will be processed again there."""
+
+
+class GroupMembershipError(KafkaAdminError):
+    """A fatal answer of the group coordinator to a join or heartbeat (FENCED_INSTANCE_ID,
+    UNRELEASED_INSTANCE_ID, GROUP_MAX_SIZE_REACHED, authorization, ...): the consumer left the
+    group and raises it from its next poll."""

@@ -292,3 +292,15 @@ class ConsumerGroupMetadata:
 
 
 __all__ += ["ConsumerGroupMetadata", "OffsetAndMetadata"]
+
+
+@dataclass(frozen=True)
+class OffsetAndTimestamp:
+    """offsets_for_times' answer: the first offset whose timestamp is at least the one asked,
+    and that record's timestamp."""
+
+    offset: int
+    timestamp_ms: int
+
+
+__all__ += ["OffsetAndTimestamp"]

@@ -1,0 +1,437 @@
+"""The consumer's fetcher: KIP-227 incremental fetch sessions, one per broker node, prefetching
+while the application processes what it was handed.
+
+`FetchSessionHandler` is the sans-io half (Kafka's FetchSessionHandler): given the partitions to
+fetch from a node, it builds a full request (a new session) or an incremental one (only what was
+added or changed, and what to forget), and follows the broker's answers: a session the broker no
+longer knows (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH) or any failure falls back
+to a full fetch.
+
+`Fetcher` is the asyncio half: one fetch in flight per node for the partitions that have a
+position, are not paused and have nothing buffered (so a partition's records are fetched once
+and handed out in order), as Kafka's consumer does. Positions live in the `SubscriptionState`;
+a fetcher of its own (own client, own connections and sessions) over a state holding explicit
+[start, stop) ranges reads just those, and several fetchers may share one `records_ready` event
+to feed one iteration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.client.connection import ConnectionClosed
+from broker.client.consumer.subscription_state import EARLIEST, NONE, SubscriptionState
+from broker.client.errors import KafkaAdminError, OffsetOutOfRangeError
+from broker.client.models import ConsumerRecord, TopicPartition
+from broker.client.record_decoder import ISOLATION_LEVELS, decode_records
+from broker.client.routing import RoutingClient
+
+FETCH = 1
+INVALID_SESSION_ID = 0
+INITIAL_EPOCH, FINAL_EPOCH = 0, -1
+INT32_MAX = (1 << 31) - 1
+LIST_OFFSETS_EARLIEST, LIST_OFFSETS_LATEST = -2, -1
+
+SESSION_ERRORS = frozenset(
+    {ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch}
+)
+# Partition errors after which the leader is looked up again; the fetch is retried.
+ROUTING_ERRORS = frozenset(
+    {
+        ErrorCode.not_leader_or_follower,
+        ErrorCode.leader_not_available,
+        ErrorCode.fenced_leader_epoch,
+        ErrorCode.unknown_leader_epoch,
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.unknown_topic_id,
+        ErrorCode.kafka_storage_error,
+        ErrorCode.offset_not_available,
+    }
+)
+
+
+@dataclass(frozen=True)
+class FetchTarget:
+    """What a fetch asks of one partition; the session compares these to send only changes."""
+
+    topic_id: uuid.UUID | None
+    fetch_offset: int
+    max_bytes: int
+
+
+@dataclass(frozen=True)
+class FetchRequestData:
+    session_id: int
+    epoch: int
+    to_send: dict[TopicPartition, FetchTarget]
+    to_forget: dict[TopicPartition, FetchTarget]
+    # Every partition the response may answer for, with the offset it was fetched from.
+    session: dict[TopicPartition, FetchTarget]
+
+    @property
+    def full(self) -> bool:
+        return self.epoch == INITIAL_EPOCH
+
+
+def next_epoch(epoch: int) -> int:
+    return 1 if epoch >= INT32_MAX else epoch + 1
+
+
+class FetchSessionHandler:
+    """The client's side of one node's fetch session."""
+
+    def __init__(self) -> None:
+        self.session_id = INVALID_SESSION_ID
+        self.epoch = INITIAL_EPOCH
+        self.partitions: dict[TopicPartition, FetchTarget] = {}
+
+    def build(self, wanted: Mapping[TopicPartition, FetchTarget]) -> FetchRequestData:
+        wanted = dict(wanted)
+        if self.epoch == INITIAL_EPOCH:
+            return FetchRequestData(self.session_id, INITIAL_EPOCH, wanted, {}, wanted)
+        to_send = {tp: t for tp, t in wanted.items() if self.partitions.get(tp) != t}
+        to_forget = {tp: t for tp, t in self.partitions.items() if tp not in wanted}
+        return FetchRequestData(self.session_id, self.epoch, to_send, to_forget, wanted)
+
+    def handle_response(self, request: FetchRequestData, error_code: int, session_id: int) -> bool:
+        """Follow the broker's answer; False when the response carries no partition data."""
+        if error_code != ErrorCode.none:
+            self.reset()
+            return False
+        if session_id == INVALID_SESSION_ID:
+            # The broker keeps no session (cache full, or the session emptied): the next
+            # request is full again.
+            self.reset()
+            return True
+        if request.full:
+            self.session_id, self.epoch = session_id, 1
+        else:
+            self.epoch = next_epoch(self.epoch)
+        self.partitions = dict(request.session)
+        return True
+
+    def reset(self) -> None:
+        """Start over with a full fetch (a lost connection, or a session the broker dropped)."""
+        self.session_id, self.epoch, self.partitions = INVALID_SESSION_ID, INITIAL_EPOCH, {}
+
+
+@dataclass
+class CompletedFetch:
+    """One partition's decoded records from one fetch, handed out in order."""
+
+    position: int  # the offset the next record handed out must continue from
+    records: list[ConsumerRecord]
+    next_offset: int  # where the fetch left off (past skipped control and aborted batches)
+    index: int = 0
+
+
+@dataclass
+class _Plan:
+    by_node: dict[int, dict[TopicPartition, FetchTarget]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
+    unroutable: bool = False
+
+
+class Fetcher:
+    """Fetches the fetchable partitions of `subscriptions` through `client`'s connections."""
+
+    def __init__(
+        self,
+        client: RoutingClient,
+        subscriptions: SubscriptionState,
+        *,
+        fetch_min_bytes: int = 1,
+        fetch_max_wait_ms: int = 500,
+        fetch_max_bytes: int = 52_428_800,
+        max_partition_fetch_bytes: int = 1_048_576,
+        isolation_level: str = "read_uncommitted",
+        records_ready: asyncio.Event | None = None,
+    ) -> None:
+        self.client = client
+        self.subscriptions = subscriptions
+        self.fetch_min_bytes = fetch_min_bytes
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.fetch_max_bytes = fetch_max_bytes
+        self.max_partition_fetch_bytes = max_partition_fetch_bytes
+        self.isolation = ISOLATION_LEVELS[isolation_level]
+        self.records_ready = records_ready or asyncio.Event()
+        self.sessions: dict[int, FetchSessionHandler] = {}
+        self._completed: dict[TopicPartition, CompletedFetch] = {}
+        self._in_flight: dict[int, set[TopicPartition]] = {}
+        self._error: Exception | None = None
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._node_tasks: set[asyncio.Task] = set()
+        subscriptions.add_listener(self._wake.set)
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="fetcher")
+
+    async def close(self) -> None:
+        tasks = [t for t in [self._task, *self._node_tasks] if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._task = None
+
+    # -- handing records out ----------------------------------------------------------------
+
+    def drain(
+        self, max_records: int, only: set[TopicPartition] | None = None
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Up to `max_records` buffered records (of the `only` partitions, if given), moving
+        the positions past them. Raises the error a fetch met (offset out of range with
+        auto_offset_reset=none, authorization)."""
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        taken = 0
+        for tp in list(self._completed):
+            if taken >= max_records:
+                break
+            fetch = self._completed[tp]
+            state = self.subscriptions.partitions.get(tp)
+            if state is None or state.position != fetch.position:
+                del self._completed[tp]  # revoked, or sought elsewhere since it was fetched
+                self._wake.set()
+                continue
+            if state.paused or (only is not None and tp not in only):
+                continue
+            records = fetch.records[fetch.index : fetch.index + max_records - taken]
+            fetch.index += len(records)
+            if state.stop_offset is not None:
+                records = [r for r in records if r.offset < state.stop_offset]
+            if records:
+                out[tp] = records
+                taken += len(records)
+                fetch.position = records[-1].offset + 1
+            if fetch.index >= len(fetch.records):
+                fetch.position = max(fetch.position, fetch.next_offset)
+                if state.stop_offset is not None:
+                    fetch.position = min(fetch.position, max(state.stop_offset, state.position))
+                del self._completed[tp]
+                self._wake.set()
+            else:
+                # Round robin: a partition handed out goes to the back of the line.
+                self._completed[tp] = self._completed.pop(tp)
+            last_epoch = records[-1].leader_epoch if records else -1
+            self.subscriptions.advance(tp, fetch.position, last_epoch)
+        return out
+
+    def has_buffered(self) -> bool:
+        paused = self.subscriptions.paused()
+        return self._error is not None or any(tp not in paused for tp in self._completed)
+
+    def forget_buffered(self, tp: TopicPartition) -> None:
+        self._completed.pop(tp, None)
+
+    # -- the fetch loop ---------------------------------------------------------------------
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            backoff = False
+            try:
+                await self.reset_positions()
+                plan = await self._plan()
+            except (KafkaAdminError, ConnectionClosed, OSError) as e:
+                if isinstance(e, KafkaAdminError) and not _transient(e):
+                    self._fail(e)
+                plan, backoff = _Plan(), True
+            for node, targets in plan.by_node.items():
+                self._in_flight[node] = set(targets)
+                task = asyncio.create_task(self._fetch_from(node, targets))
+                self._node_tasks.add(task)
+                task.add_done_callback(self._node_tasks.discard)
+            if backoff or plan.unroutable:
+                await self._sleep_unless_woken(self.client.retry_backoff_ms / 1000)
+            else:
+                await self._wake.wait()
+
+    async def _sleep_unless_woken(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._wake.wait(), seconds)
+        except TimeoutError:
+            pass
+
+    def _fail(self, error: Exception) -> None:
+        self._error = error
+        self.records_ready.set()
+
+    async def _plan(self) -> _Plan:
+        plan = _Plan()
+        busy = set().union(*self._in_flight.values()) if self._in_flight else set()
+        for tp in self.subscriptions.fetchable():
+            if tp in self._completed or tp in busy:
+                continue
+            try:
+                route, leader = await self.client.leader(*tp)
+            except KafkaAdminError as e:
+                if not _transient(e):
+                    raise
+                plan.unroutable = True
+                continue
+            if leader in self._in_flight:
+                continue
+            position = self.subscriptions.partitions[tp].position
+            plan.by_node[leader][tp] = FetchTarget(
+                route.topic_id, position, self.max_partition_fetch_bytes
+            )
+        return plan
+
+    async def _fetch_from(self, node: int, targets: dict[TopicPartition, FetchTarget]) -> None:
+        handler = self.sessions.setdefault(node, FetchSessionHandler())
+        request = handler.build(targets)
+        try:
+            try:
+                session = await self.client.session(node)
+                response = await session.send(self._request(session, request))
+            except (ConnectionClosed, OSError, KafkaAdminError):
+                handler.reset()
+                for topic in {tp.topic for tp in targets}:
+                    self.client.forget_route(topic, ConnectionClosed())
+                await asyncio.sleep(self.client.retry_backoff_ms / 1000)
+                return
+            if not handler.handle_response(request, response.error_code, response.session_id):
+                if response.error_code not in SESSION_ERRORS:
+                    await asyncio.sleep(self.client.retry_backoff_ms / 1000)
+                return
+            if self._handle_partitions(request, response):
+                await asyncio.sleep(self.client.retry_backoff_ms / 1000)
+        finally:
+            self._in_flight.pop(node, None)
+            self._wake.set()
+
+    def _request(self, session: Any, request: FetchRequestData) -> Any:
+        def topics(partitions: dict[TopicPartition, FetchTarget]) -> dict[str, list]:
+            by_topic: dict[str, list] = defaultdict(list)
+            for tp, target in partitions.items():
+                by_topic[tp.topic].append((tp.partition, target))
+            return by_topic
+
+        fetch_topics = tuple(
+            session.request(
+                FETCH,
+                "FetchTopic",
+                topic=topic,
+                topic_id=ps[0][1].topic_id,
+                partitions=tuple(
+                    session.request(
+                        FETCH,
+                        "FetchPartition",
+                        partition=p,
+                        current_leader_epoch=-1,
+                        fetch_offset=target.fetch_offset,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=target.max_bytes,
+                    )
+                    for p, target in ps
+                ),
+            )
+            for topic, ps in topics(request.to_send).items()
+        )
+        forgotten = tuple(
+            session.request(
+                FETCH,
+                "ForgottenTopic",
+                topic=topic,
+                topic_id=ps[0][1].topic_id,
+                partitions=tuple(p for p, _ in ps),
+            )
+            for topic, ps in topics(request.to_forget).items()
+        )
+        return session.request(
+            FETCH,
+            "FetchRequest",
+            replica_id=-1,
+            max_wait=timedelta(milliseconds=self.fetch_max_wait_ms),
+            min_bytes=self.fetch_min_bytes,
+            max_bytes=self.fetch_max_bytes,
+            isolation_level=self.isolation,
+            session_id=request.session_id,
+            session_epoch=request.epoch,
+            topics=fetch_topics,
+            forgotten_topics_data=forgotten,
+            rack_id="",
+        )
+
+    def _handle_partitions(self, request: FetchRequestData, response: Any) -> bool:
+        """Buffer what came; True when an error calls for a pause before the next fetch."""
+        names = {t.topic_id: tp.topic for tp, t in request.session.items()}
+        back_off = False
+        for t in response.responses:
+            topic = getattr(t, "topic", None) or names.get(getattr(t, "topic_id", None))
+            for p in t.partitions:
+                tp = TopicPartition(topic, p.partition_index)
+                target = request.session.get(tp)
+                state = self.subscriptions.partitions.get(tp)
+                if target is None or state is None or state.position != target.fetch_offset:
+                    continue  # revoked or sought elsewhere while the fetch was out
+                if p.error_code == ErrorCode.none:
+                    self._buffer(tp, target.fetch_offset, p)
+                elif p.error_code == ErrorCode.offset_out_of_range:
+                    if self.subscriptions.default_reset_strategy == NONE:
+                        self._fail(OffsetOutOfRangeError(tp, target.fetch_offset))
+                    else:
+                        self.subscriptions.request_reset(tp)
+                elif p.error_code in ROUTING_ERRORS:
+                    self.client.forget_route(tp.topic, KafkaAdminError.from_code(p.error_code))
+                    back_off = True
+                else:
+                    self._fail(KafkaAdminError.from_code(p.error_code, None, f"{tp[0]}-{tp[1]}"))
+        return back_off
+
+    def _buffer(self, tp: TopicPartition, fetch_offset: int, data: Any) -> None:
+        try:
+            chunk = decode_records(
+                tp.topic,
+                tp.partition,
+                fetch_offset,
+                data.records or b"",
+                data.aborted_transactions,
+                self.isolation,
+                None,
+            )
+        except KafkaAdminError as e:
+            self._fail(e)
+            return
+        if chunk.records:
+            self._completed[tp] = CompletedFetch(fetch_offset, chunk.records, chunk.next_offset)
+            self.records_ready.set()
+        elif chunk.next_offset > fetch_offset:
+            # Only control or aborted batches: nothing to hand out, but the position moves on.
+            self.subscriptions.advance(tp, chunk.next_offset)
+
+    async def reset_positions(self) -> None:
+        """ListOffsets for partitions whose position is to be reset, by leader."""
+        pending = self.subscriptions.needs_reset()
+        groups: dict[tuple[int, str], list[TopicPartition]] = defaultdict(list)
+        for tp, strategy in pending.items():
+            _, leader = await self.client.leader(*tp)
+            groups[(leader, strategy)].append(tp)
+        for (leader, strategy), tps in groups.items():
+            timestamp = LIST_OFFSETS_EARLIEST if strategy == EARLIEST else LIST_OFFSETS_LATEST
+            offsets = await self.client.list_offsets_at(leader, tps, timestamp, self.isolation)
+            for tp in tps:
+                state = self.subscriptions.partitions.get(tp)
+                if state is not None and state.reset_strategy == strategy:
+                    self.subscriptions.seek(tp, offsets[tp])
+
+
+def _transient(error: KafkaAdminError) -> bool:
+    return error.code in ROUTING_ERRORS or error.retriable
