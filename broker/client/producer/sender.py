@@ -288,14 +288,17 @@ class Sender:
             parts = self.accumulator.split_and_reenqueue(batch)
             self.txn.replace_batch(batch, parts)
             return
-        error = kafka_error(code, message, f"{batch.tp.topic}-{batch.tp.partition}")
-        if (
-            batch.attempts < self.config.retries
-            and now - batch.created_ms < self.config.delivery_timeout_ms
-            and self.txn.can_retry(batch, code)
-        ):
-            self.accumulator.reenqueue(batch, now)
-            return
+        resource = f"{batch.tp.topic}-{batch.tp.partition}"
+        error = kafka_error(code, message, resource)
+        if batch.attempts < self.config.retries and self.txn.can_retry(batch, code):
+            if now - batch.created_ms < self.config.delivery_timeout_ms:
+                self.accumulator.reenqueue(batch, now)
+                return
+            error = KafkaTimeoutError(
+                f"{batch.count} record(s) not delivered within delivery_timeout_ms "
+                f"({self.config.delivery_timeout_ms} ms), the last attempt answered {error}",
+                resource,
+            )
         self._fail(batch, error)
 
     def _complete(self, batch: ProducerBatch, base_offset: int, appended_ms: int = -1) -> None:

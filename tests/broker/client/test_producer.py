@@ -129,6 +129,18 @@ async def test_keyed_records_go_where_librdkafka_murmur2_random_puts_them(broker
     assert {key: partition_for_key(key, partitions) for key in keys} == theirs
 
 
+@pytest.mark.parametrize("acks", [0, 1])
+async def test_acks_zero_and_one(broker_process, acks):
+    """acks=0 answers at once without offsets; either turns the default idempotence off."""
+    bootstrap = broker_process.bootstrap
+    topic = await create_topic(bootstrap)
+    async with Producer(bootstrap, acks=acks) as producer:
+        futures = [await producer.send(topic, b"v%d" % i, partition=0) for i in range(5)]
+        metas = [await f for f in futures]
+    assert [m.offset for m in metas] == ([-1] * 5 if acks == 0 else list(range(5)))
+    assert [m.value() for m in consume(bootstrap, topic, 0, 5)] == [b"v%d" % i for i in range(5)]
+
+
 def test_murmur2_matches_kafka():
     # The vectors of librdkafka's rd_murmur2 unit test (Java-compatible murmur2).
     cases = {
