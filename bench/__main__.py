@@ -1,6 +1,6 @@
 """python -m bench [--only fjord|tansu] [--quick]
-[--groups | --no-groups | --transactions | --fetch-sessions] [--no-transactions]
-[--no-fetch-sessions]
+[--groups | --no-groups | --transactions | --fetch-sessions | --client] [--no-transactions]
+[--no-fetch-sessions] [--no-client]
 
 Starts each broker in turn on this machine, drives both with the same rdkafka_performance
 workload, prints the Fjord/Tansu table and writes it to bench/results/; then measures
@@ -8,7 +8,8 @@ consumer groups (Fjord only: classic and consumer protocol) and writes latest-gr
 then transactions (Fjord only: transactional against idempotent produce, read_committed
 against read_uncommitted consume) and writes latest-transactions.md; then incremental fetch
 sessions (Fjord only: full against incremental fetches of 10 to 10,000 idle partitions) and
-writes latest-fetch_sessions.md.
+writes latest-fetch_sessions.md; then the client library against aiokafka, kafka-python and
+confluent-kafka on one Fjord broker, and writes latest-client.md.
 Exit code 1 when a broker that ran failed, 2 when --only names one that cannot run here.
 """
 
@@ -27,6 +28,7 @@ import confluent_kafka
 from bench import (
     brokers,
     build,
+    client,
     fetch_sessions,
     groups,
     loadgen,
@@ -47,6 +49,8 @@ def main() -> int:
     part.add_argument(
         "--fetch-sessions", action="store_true", help="only the incremental fetch sessions part"
     )
+    part.add_argument("--client", action="store_true", help="only the client library part")
+    parser.add_argument("--no-client", action="store_true", help="skip the client library part")
     parser.add_argument("--no-transactions", action="store_true", help="skip transactions")
     parser.add_argument(
         "--no-fetch-sessions", action="store_true", help="skip incremental fetch sessions"
@@ -58,6 +62,8 @@ def main() -> int:
         return _transactions(args)
     if args.fetch_sessions:
         return _fetch_sessions(args)
+    if args.client:
+        return _client(args)
     code = 0 if args.groups else _throughput(args)
     if code == 2:
         return code
@@ -65,6 +71,7 @@ def main() -> int:
         print(f"\n== consumer groups: not run, {groups.REFERENCE_NOTE}")
         print(f"== transactions: not run, {transactions.REFERENCE_NOTE}")
         print(f"== fetch sessions: not run, {fetch_sessions.REFERENCE_NOTE}")
+        print(f"== client: not run, {client.REFERENCE_NOTE}")
         return code
     if not args.no_groups:
         code = max(code, _groups(args))
@@ -74,6 +81,8 @@ def main() -> int:
         code = max(code, _transactions(args))
     if not args.no_fetch_sessions:
         code = max(code, _fetch_sessions(args))
+    if not args.no_client:
+        code = max(code, _client(args))
     return code
 
 
@@ -134,6 +143,10 @@ def _fetch_sessions(args: argparse.Namespace) -> int:
     return _fjord_part(
         args, "fetch sessions", "fetch_sessions", fetch_sessions, only=args.fetch_sessions
     )
+
+
+def _client(args: argparse.Namespace) -> int:
+    return _fjord_part(args, "client library", "client", client, only=args.client)
 
 
 def _fjord_part(args: argparse.Namespace, title: str, key: str, part, *, only: bool) -> int:

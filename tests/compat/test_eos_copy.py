@@ -1,6 +1,6 @@
 """Exactly-once consume-transform-produce under crashes, like Kafka's transactions system test.
 
-A copier (confluent-kafka, in a subprocess: a read_committed consumer in a group without
+A copier (confluent-kafka or Fjord's own client, in a subprocess: a read_committed consumer in a group without
 auto-commit, and a transactional producer that sends the consumer's positions with
 send_offsets_to_transaction and commits every TXN_RECORDS records) copies RECORDS records from
 a 3-partition input topic to a 3-partition output topic, each record to the partition it came
@@ -223,6 +223,9 @@ def copier(bootstrap: str, source: str, sink: str, group: str, txn_id: str) -> i
     os._exit(0)  # the test is gone: no clean-up that could wait for a broker
 
 
+if __name__ == "__main__" and sys.argv[1:2] == ["copy"]:
+    sys.exit(copier(*sys.argv[2:7]))
+
 # -- the test --------------------------------------------------------------------------------
 
 if __name__ != "__main__":
@@ -242,20 +245,22 @@ if __name__ != "__main__":
     pytestmark = pytest.mark.timeout(300)
 
 
+# The copier's command line by client: this file's confluent-kafka copier, or Fjord's own
+# client (eos_fjord_copier.py), the same loop over broker.client's Consumer and Producer.
+HERE = Path(__file__).resolve().parent
+COPIERS = {
+    "confluent-kafka": [str(HERE / "test_eos_copy.py"), "copy"],
+    "fjord": [str(HERE / "eos_fjord_copier.py")],
+}
+
+
 class CopierProcess:
     """The copier as a subprocess; its output kept for failure messages."""
 
-    def __init__(self, bootstrap: str, source: str, sink: str, group: str, txn_id: str) -> None:
-        self.args = [
-            sys.executable,
-            str(Path(__file__).resolve()),
-            "copy",
-            bootstrap,
-            source,
-            sink,
-            group,
-            txn_id,
-        ]
+    def __init__(
+        self, kind: str, bootstrap: str, source: str, sink: str, group: str, txn_id: str
+    ) -> None:
+        self.args = [sys.executable, *COPIERS[kind], bootstrap, source, sink, group, txn_id]
         self.proc: subprocess.Popen | None = None
         self.output: deque[str] = deque(maxlen=200)
         self.starts = 0
@@ -395,7 +400,8 @@ def describe(expected: list[bytes], got: list[bytes]) -> str:
     )
 
 
-def test_exactly_once_copy_survives_broker_and_copier_kills(make_broker_process):
+@pytest.mark.parametrize("copier", sorted(COPIERS))
+def test_exactly_once_copy_survives_broker_and_copier_kills(make_broker_process, copier):
     broker = make_broker_process(
         "group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=1000"
     ).start()
@@ -412,7 +418,7 @@ def test_exactly_once_copy_survives_broker_and_copier_kills(make_broker_process)
     input_ends = {p: len(v) for p, v in expected.items()}
 
     group = f"eos-copier-{uuid.uuid4().hex[:8]}"
-    copy = CopierProcess(broker.bootstrap, source, sink, group, f"{group}-txn")
+    copy = CopierProcess(copier, broker.bootstrap, source, sink, group, f"{group}-txn")
     watcher = OutputWatcher(broker.bootstrap, sink)
     # What the copier had committed of the input at each kill: the copy still under way.
     committed_at_kill = []
@@ -477,7 +483,3 @@ def test_exactly_once_copy_survives_broker_and_copier_kills(make_broker_process)
         f"{everything.count() - RECORDS} aborted records in the output"
     )
     assert broker.stop() == 0, "".join(broker.output[-50:])
-
-
-if __name__ == "__main__" and sys.argv[1:2] == ["copy"]:
-    sys.exit(copier(*sys.argv[2:7]))
