@@ -77,6 +77,7 @@ class ClusterClient:
         self._sessions: dict[int, Session] = {}
         self._any: Session | None = None
         self._coordinators: dict[tuple[int, str], int] = {}
+        self._opening = asyncio.Lock()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -115,15 +116,21 @@ class ClusterClient:
 
     async def session(self, node_id: int) -> Session:
         session = self._sessions.get(node_id)
-        if session is None or session.closed:
-            if node_id not in self.nodes:
-                await self.metadata()
-            node = self.nodes.get(node_id)
-            if node is None:
-                raise KafkaAdminError.from_code(
-                    ErrorCode.broker_not_available, f"broker {node_id} is not in the cluster"
-                )
-            session = self._sessions[node_id] = await self._open(node.host, node.port)
+        if session is not None and not session.closed:
+            return session
+        # One connection per node: concurrent callers (a producer's requests in flight) wait
+        # for the one being opened instead of each opening, and leaking, their own.
+        async with self._opening:
+            session = self._sessions.get(node_id)
+            if session is None or session.closed:
+                if node_id not in self.nodes:
+                    await self.metadata()
+                node = self.nodes.get(node_id)
+                if node is None:
+                    raise KafkaAdminError.from_code(
+                        ErrorCode.broker_not_available, f"broker {node_id} is not in the cluster"
+                    )
+                session = self._sessions[node_id] = await self._open(node.host, node.port)
         return session
 
     async def send_to_every_node(self, api_key: int, request_name: str, **fields) -> list:

@@ -72,6 +72,8 @@ class BrokerConnection:
                 if entry is None:
                     continue
                 future, api_key, api_version = entry
+                if future.done():  # its caller gave up waiting (cancelled, timed out)
+                    continue
                 if api_key < 0:
                     future.set_result(payload)
                 else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
@@ -67,6 +68,11 @@ class TopicRoute:
     @property
     def partition_count(self) -> int:
         return len(self.leaders)
+
+    @cached_property
+    def available_partitions(self) -> list[int]:
+        """The partitions with a leader."""
+        return [p for p, leader in self.leaders.items() if leader >= 0]
 
 
 class RoutingClient(ClusterClient):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from broker.records.errors import INVALID_RECORD, InvalidRecordError
-from broker.records.varint import decode_varint, encode_varint
+from broker.records.varint import decode_varint, varint_bytes
+
+_NULL = varint_bytes(-1)
 
 Header = tuple[str, bytes | None]
 
@@ -24,18 +27,44 @@ class Record:
 
 def encode_record(record: Record, out: bytearray) -> None:
     """Append one length-prefixed record to `out`."""
-    body = bytearray()
-    body.append(record.attributes & 0xFF)
-    encode_varint(record.timestamp_delta, body)
-    encode_varint(record.offset_delta, body)
-    _encode_bytes(record.key, body)
-    _encode_bytes(record.value, body)
-    encode_varint(len(record.headers), body)
-    for hkey, hvalue in record.headers:
-        _encode_bytes(hkey.encode(), body)
-        _encode_bytes(hvalue, body)
-    encode_varint(len(body), out)
-    out += body
+    encode_records(
+        out,
+        (
+            (
+                record.offset_delta,
+                record.timestamp_delta,
+                record.key,
+                record.value,
+                record.headers,
+                record.attributes,
+            ),
+        ),
+    )
+
+
+RecordFields = tuple[int, int, bytes | None, bytes | None, Sequence[Header], int]
+
+
+def encode_records(out: bytearray, records: Iterable[RecordFields]) -> None:
+    """Append length-prefixed records given as (offset delta, timestamp delta, key, value,
+    headers, attributes): the producer's per-record path, kept to one loop."""
+    varint = varint_bytes
+    for offset_delta, timestamp_delta, key, value, headers, attributes in records:
+        body = bytearray((attributes & 0xFF,))
+        body += varint(timestamp_delta)
+        body += varint(offset_delta)
+        for data in (key, value):
+            if data is None:
+                body += _NULL
+            else:
+                body += varint(len(data))
+                body += data
+        body += varint(len(headers))
+        for hkey, hvalue in headers:
+            _encode_bytes(hkey.encode(), body)
+            _encode_bytes(hvalue, body)
+        out += varint(len(body))
+        out += body
 
 
 def decode_records(buf: bytes | memoryview, count: int) -> list[Record]:
@@ -79,9 +108,9 @@ def decode_records(buf: bytes | memoryview, count: int) -> list[Record]:
 
 def _encode_bytes(data: bytes | None, out: bytearray) -> None:
     if data is None:
-        encode_varint(-1, out)
+        out += _NULL
     else:
-        encode_varint(len(data), out)
+        out += varint_bytes(len(data))
         out += data
 
 

@@ -6,14 +6,32 @@ from __future__ import annotations
 _MAX_VARLONG_BYTES = 10
 
 
-def encode_varint(value: int, out: bytearray) -> None:
-    """Append `value` zig-zag encoded; covers both varint (int32) and varlong (int64)."""
-    z = (value << 1) ^ (value >> 63)
-    z &= 0xFFFFFFFFFFFFFFFF
+def _zigzag_bytes(value: int) -> bytes:
+    z = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
     while z >= 0x80:
         out.append((z & 0x7F) | 0x80)
         z >>= 7
     out.append(z)
+    return bytes(out)
+
+
+# Values of one or two bytes (lengths, deltas, counts of a producer's records) come from a
+# table: encoding them is on the producer's per-record path.
+_SMALL = 1 << 13
+_SMALL_VARINTS = tuple(_zigzag_bytes(v) for v in range(-_SMALL, _SMALL))
+
+
+def varint_bytes(value: int) -> bytes:
+    """`value` zig-zag encoded; covers both varint (int32) and varlong (int64)."""
+    if -_SMALL <= value < _SMALL:
+        return _SMALL_VARINTS[value + _SMALL]
+    return _zigzag_bytes(value)
+
+
+def encode_varint(value: int, out: bytearray) -> None:
+    """Append `value` zig-zag encoded."""
+    out += varint_bytes(value)
 
 
 def decode_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:

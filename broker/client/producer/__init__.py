@@ -27,7 +27,7 @@ from broker.client.models import (
     RecordMetadata,
     TopicPartition,
 )
-from broker.client.producer.accumulator import RecordAccumulator
+from broker.client.producer.accumulator import RecordAccumulator, record_size
 from broker.client.producer.config import producer_config
 from broker.client.producer.coordinator import CoordinatorRequests
 from broker.client.producer.partitioner import Partitioner
@@ -45,17 +45,6 @@ from broker.records.record import Header
 __all__ = ["PreparedTxnState", "Producer"]
 
 _CODECS = {name: codec for codec, name in codecs.CODEC_NAMES.items()}
-# An upper bound of a record's framing in a v2 batch: varints for its length, deltas, key and
-# value lengths, header count; attributes; and per header its two length varints.
-_RECORD_OVERHEAD = 36
-_HEADER_OVERHEAD = 10
-
-
-def _record_size(key: bytes | None, value: bytes | None, headers: Sequence[Header]) -> int:
-    size = _RECORD_OVERHEAD + len(key or b"") + len(value or b"")
-    for name, data in headers:
-        size += _HEADER_OVERHEAD + len(name.encode()) + len(data or b"")
-    return size
 
 
 class Producer:
@@ -98,6 +87,7 @@ class Producer:
             retry_backoff_ms=config.retry_backoff_ms,
         )
         self._partitioner = Partitioner(config.partitioner_ignore_keys)
+        self._record_size_limit = min(config.max_request_size, config.buffer_memory)
         self._sender: Sender | None = None
         self._closed = False
 
@@ -160,14 +150,16 @@ class Producer:
         used up, for room (at most max_block_ms)."""
         sender = self._running_sender()
         self._txn.check_send()
-        route = await self.client.route(topic)
+        route = self.client.cached_route(topic) or await self.client.route(topic)
         count = route.partition_count
         if partition is not None and not 0 <= partition < count:
             raise KafkaAdminError.from_code(
                 ErrorCode.unknown_topic_or_partition, None, f"{topic}-{partition}"
             )
-        size = _record_size(key, value, headers)
-        limit = min(self.config.max_request_size, self.config.buffer_memory)
+        if not isinstance(headers, tuple):
+            headers = tuple(headers)  # kept until the batch is encoded: the caller's may change
+        size = record_size(key, value, headers)
+        limit = self._record_size_limit
         if size > limit:
             raise KafkaAdminError.from_code(
                 ErrorCode.message_too_large,
@@ -177,31 +169,35 @@ class Producer:
             )
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
-        headers = list(headers)
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
-        available = [p for p, leader in route.leaders.items() if leader >= 0]
         sticky = partition is None and (key is None or self._partitioner.ignore_keys)
         if partition is None:
+            available = route.available_partitions
             partition = self._partitioner.partition(topic, key, count, available)
         tp = TopicPartition(topic, partition)
-        batch = self._accumulator.try_append(tp, key, value, headers, timestamp_ms, future)
+        accumulator = self._accumulator
+        batch = accumulator.try_append(tp, key, value, headers, timestamp_ms, future, size)
         if batch is None and sticky:
             # KIP-480: the sticky partition's batch is complete; fill another partition's.
             self._partitioner.on_new_batch(topic, partition, count, available)
             tp = TopicPartition(topic, self._partitioner.partition(topic, key, count, available))
-            batch = self._accumulator.try_append(tp, key, value, headers, timestamp_ms, future)
+            batch = accumulator.try_append(tp, key, value, headers, timestamp_ms, future, size)
         if batch is None:
-            capacity = self._accumulator.capacity_for(size)
-            await self._wait_for_memory(sender, capacity)
+            await self._wait_for_memory(sender, accumulator.capacity_for(size))
             self._txn.check_send()  # the transaction may have ended while we waited
-            batch = self._accumulator.try_append(tp, key, value, headers, timestamp_ms, future)
+            batch = accumulator.try_append(tp, key, value, headers, timestamp_ms, future, size)
             if batch is None:
-                batch = self._accumulator.create_batch(
-                    tp, key, value, headers, timestamp_ms, future, now_ms(), capacity
+                batch = accumulator.create_batch(
+                    tp, key, value, headers, timestamp_ms, future, size, now_ms()
                 )
                 sender.wakeup()  # its linger starts now
-        self._txn.maybe_add_partition(tp)
-        if self._accumulator.is_sendable_now(batch) or self._txn.pending_partitions:
+                # Once per batch, let the sender put the full ones on the wire: the broker
+                # works on them while the caller goes on queueing.
+                await asyncio.sleep(0)
+        if self._txn.is_transactional:
+            self._txn.maybe_add_partition(tp)
+            sender.wakeup()
+        elif batch.is_full:
             sender.wakeup()
         return future
 
@@ -246,13 +242,19 @@ class Producer:
 
     async def _flush(self, sender: Sender) -> None:
         accumulator = self._accumulator
-        futures = [f for batch in accumulator.incomplete for f, _ in batch.futures]
-        if not futures:
+        batches = list(accumulator.incomplete)
+        if not batches:
             return
         accumulator.flushes_in_progress += 1
         sender.wakeup()
         try:
-            await asyncio.gather(*futures, return_exceptions=True)
+            # A batch settles all its records at once: its last one stands for it (or, for a
+            # batch split in two since, for the second half).
+            while pending := [b.futures[-1] for b in batches if not b.futures[-1].done()]:
+                await asyncio.wait(pending)
+            # The first halves of split batches.
+            if pending := [f for batch in batches for f in batch.futures if not f.done()]:
+                await asyncio.wait(pending)
         finally:
             accumulator.flushes_in_progress -= 1
 

@@ -1,9 +1,9 @@
 """Records gathered into one batch per partition until the batch is full or has lingered,
 as Kafka's RecordAccumulator: a plain object the producer appends to and the sender drains.
 
-Records are encoded as they arrive, so a batch knows its exact size; the records section is
-compressed once, when the batch is drained, and framed again (header and CRC only) when a
-retry carries a new producer epoch or sequence. Memory is counted per batch against
+A batch keeps its records as given and counts an upper bound of their encoded size; they are
+encoded and compressed once, when the batch is drained, and framed again (header and CRC only)
+when a retry carries a new producer epoch or sequence. Memory is counted per batch against
 buffer.memory; the producer waits for room before it opens a batch past the limit."""
 
 from __future__ import annotations
@@ -16,9 +16,23 @@ from dataclasses import dataclass, field
 from broker.client.models import RecordMetadata, TopicPartition
 from broker.records import compression as codecs
 from broker.records.batch import BATCH_HEADER_SIZE, frame_batch
-from broker.records.record import Header, Record, decode_records, encode_record
+from broker.records.record import Header, encode_records
 
 NO_SEQUENCE = -1
+# An upper bound of a record's framing in a v2 batch: varints for its length, deltas, key and
+# value lengths, header count; attributes; and per header its two length varints.
+_RECORD_OVERHEAD = 36
+_HEADER_OVERHEAD = 10
+
+RecordInput = tuple[bytes | None, bytes | None, Sequence[Header], int]  # key, value, headers, ts
+
+
+def record_size(key: bytes | None, value: bytes | None, headers: Sequence[Header]) -> int:
+    """At least what the record takes in a batch, before compression."""
+    size = _RECORD_OVERHEAD + len(key or b"") + len(value or b"")
+    for name, data in headers:
+        size += _HEADER_OVERHEAD + len(name.encode()) + len(data or b"")
+    return size
 
 
 @dataclass(eq=False)
@@ -28,9 +42,9 @@ class ProducerBatch:
     tp: TopicPartition
     created_ms: int
     capacity: int  # what the batch may grow to: batch.size, or one record larger than that
-    body: bytearray = field(default_factory=bytearray)
-    futures: list[tuple[asyncio.Future, int]] = field(default_factory=list)  # (future, ts)
-    base_timestamp: int = 0
+    records: list[RecordInput] = field(default_factory=list)
+    futures: list[asyncio.Future] = field(default_factory=list)
+    estimated_size: int = BATCH_HEADER_SIZE
     max_timestamp: int = 0
     attempts: int = 0
     last_attempt_ms: int = 0
@@ -38,7 +52,7 @@ class ProducerBatch:
     producer_id: int = -1
     producer_epoch: int = -1
     base_sequence: int = NO_SEQUENCE
-    payload: bytes | None = None  # the compressed records section, once drained
+    payload: bytes | None = None  # the encoded, compressed records section, once drained
     compression: int = codecs.NONE
 
     @property
@@ -46,12 +60,18 @@ class ProducerBatch:
         return len(self.futures)
 
     @property
+    def base_timestamp(self) -> int:
+        return self.records[0][3]
+
+    @property
     def size(self) -> int:
-        return BATCH_HEADER_SIZE + len(self.payload if self.payload is not None else self.body)
+        if self.payload is not None:
+            return BATCH_HEADER_SIZE + len(self.payload)
+        return self.estimated_size
 
     @property
     def is_full(self) -> bool:
-        return BATCH_HEADER_SIZE + len(self.body) >= self.capacity
+        return self.estimated_size >= self.capacity
 
     @property
     def closed(self) -> bool:
@@ -72,26 +92,33 @@ class ProducerBatch:
         headers: Sequence[Header],
         timestamp_ms: int,
         future: asyncio.Future,
+        size: int,
     ) -> bool:
-        """Add the record if it fits (a first record always does)."""
-        if self.closed:
+        """Add the record (of `size`, see record_size) if it fits; a first one always does."""
+        if self.payload is not None or (
+            self.futures and self.estimated_size + size > self.capacity
+        ):
             return False
-        if not self.futures:
-            self.base_timestamp = self.max_timestamp = timestamp_ms
-        mark = len(self.body)
-        record = Record(self.count, timestamp_ms - self.base_timestamp, key, value, list(headers))
-        encode_record(record, self.body)
-        if self.futures and BATCH_HEADER_SIZE + len(self.body) > self.capacity:
-            del self.body[mark:]
-            return False
-        self.futures.append((future, timestamp_ms))
-        self.max_timestamp = max(self.max_timestamp, timestamp_ms)
+        self.records.append((key, value, headers, timestamp_ms))
+        self.futures.append(future)
+        self.estimated_size += size
+        if timestamp_ms > self.max_timestamp:
+            self.max_timestamp = timestamp_ms
         return True
 
     def close(self, compression: int) -> None:
         if self.payload is None:
+            base = self.base_timestamp
+            body = bytearray()
+            encode_records(
+                body,
+                (
+                    (i, ts - base, key, value, headers, 0)
+                    for i, (key, value, headers, ts) in enumerate(self.records)
+                ),
+            )
             self.compression = compression
-            self.payload = codecs.compress(compression, self.body)
+            self.payload = codecs.compress(compression, body)
 
     def set_producer_state(self, producer_id: int, producer_epoch: int, sequence: int) -> None:
         self.producer_id, self.producer_epoch, self.base_sequence = (
@@ -116,25 +143,17 @@ class ProducerBatch:
             transactional=transactional,
         )
 
-    def records(self) -> list[tuple[bytes | None, bytes | None, list[Header], int]]:
-        """The batch's records as appended: (key, value, headers, timestamp)."""
-        decoded = decode_records(self.body, self.count)
-        return [
-            (r.key, r.value, r.headers, ts)
-            for r, (_, ts) in zip(decoded, self.futures, strict=True)
-        ]
-
     def complete(self, base_offset: int, log_append_time_ms: int = -1) -> None:
         """Resolve every record's future; offset -1 when unknown (acks=0, an old duplicate)."""
         topic, partition = self.tp
-        for i, (future, ts) in enumerate(self.futures):
+        for i, (future, record) in enumerate(zip(self.futures, self.records, strict=True)):
             if not future.done():
                 offset = base_offset + i if base_offset >= 0 else -1
-                stamp = log_append_time_ms if log_append_time_ms >= 0 else ts
+                stamp = log_append_time_ms if log_append_time_ms >= 0 else record[3]
                 future.set_result(RecordMetadata(topic, partition, offset, stamp))
 
     def fail(self, error: BaseException) -> None:
-        for future, _ in self.futures:
+        for future in self.futures:
             if not future.done():
                 future.set_exception(error)
 
@@ -171,15 +190,16 @@ class RecordAccumulator:
         headers: Sequence[Header],
         timestamp_ms: int,
         future: asyncio.Future,
+        size: int,
     ) -> ProducerBatch | None:
         """The open batch of `tp` that took the record, or None when a new batch is needed."""
         queue = self.batches.get(tp)
-        if queue and queue[-1].try_append(key, value, headers, timestamp_ms, future):
+        if queue and queue[-1].try_append(key, value, headers, timestamp_ms, future, size):
             return queue[-1]
         return None
 
-    def capacity_for(self, record_size: int) -> int:
-        return max(self.batch_size, BATCH_HEADER_SIZE + record_size)
+    def capacity_for(self, size: int) -> int:
+        return max(self.batch_size, BATCH_HEADER_SIZE + size)
 
     def has_memory_for(self, capacity: int) -> bool:
         return self.memory_used + capacity <= self.buffer_memory
@@ -192,11 +212,11 @@ class RecordAccumulator:
         headers: Sequence[Header],
         timestamp_ms: int,
         future: asyncio.Future,
+        size: int,
         now_ms: int,
-        capacity: int,
     ) -> ProducerBatch:
-        batch = ProducerBatch(tp, now_ms, capacity)
-        batch.try_append(key, value, headers, timestamp_ms, future)
+        batch = ProducerBatch(tp, now_ms, self.capacity_for(size))
+        batch.try_append(key, value, headers, timestamp_ms, future, size)
         self._add(batch)
         self.batches.setdefault(tp, deque()).append(batch)
         return batch
@@ -204,11 +224,6 @@ class RecordAccumulator:
     def _add(self, batch: ProducerBatch) -> None:
         self.incomplete.add(batch)
         self.memory_used += batch.capacity
-
-    def is_sendable_now(self, batch: ProducerBatch) -> bool:
-        """Whether appending `batch` means the sender has work without waiting for linger."""
-        queue = self.batches.get(batch.tp)
-        return batch.is_full or (queue is not None and len(queue) > 1) or self.linger_ms == 0
 
     # -- draining ----------------------------------------------------------------------------
 
@@ -283,17 +298,16 @@ class RecordAccumulator:
     def split_and_reenqueue(self, batch: ProducerBatch) -> list[ProducerBatch]:
         """A batch the broker found too large, as two halves with the same sequences between
         them (Kafka's splitAndReenqueue, for MESSAGE_TOO_LARGE)."""
-        records = batch.records()
-        half = len(records) // 2
+        half = batch.count // 2
         parts = []
         sequence = batch.base_sequence
-        for chunk, futures in (
-            (records[:half], batch.futures[:half]),
-            (records[half:], batch.futures[half:]),
+        for records, futures in (
+            (batch.records[:half], batch.futures[:half]),
+            (batch.records[half:], batch.futures[half:]),
         ):
             part = ProducerBatch(batch.tp, batch.created_ms, batch.capacity)
-            for (key, value, headers, ts), (future, _) in zip(chunk, futures, strict=True):
-                part.try_append(key, value, headers, ts, future)
+            for (key, value, headers, ts), future in zip(records, futures, strict=True):
+                part.try_append(key, value, headers, ts, future, 0)
             if batch.has_sequence:
                 part.set_producer_state(batch.producer_id, batch.producer_epoch, sequence)
                 sequence += part.count

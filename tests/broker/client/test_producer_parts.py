@@ -20,7 +20,7 @@ from broker.client.errors import (
 from broker.client.models import RecordMetadata, TopicPartition
 from broker.client.options import ConfigError
 from broker.client.producer import PreparedTxnState, Producer
-from broker.client.producer.accumulator import RecordAccumulator
+from broker.client.producer.accumulator import RecordAccumulator, record_size
 from broker.client.producer.config import producer_config
 from broker.client.producer.partitioner import Partitioner
 from broker.client.producer.transaction_manager import TransactionManager, TxnState
@@ -45,11 +45,11 @@ def accumulator(**overrides) -> RecordAccumulator:
 def append(acc: RecordAccumulator, value: bytes, now: int = 0, tp: TopicPartition = TP):
     """What Producer.send does: the open batch, else a new one."""
     future = asyncio.get_running_loop().create_future()
-    batch = acc.try_append(tp, b"k", value, [("h", b"1")], 1000 + now, future)
+    headers = [("h", b"1")]
+    size = record_size(b"k", value, headers)
+    batch = acc.try_append(tp, b"k", value, headers, 1000 + now, future, size)
     if batch is None:
-        batch = acc.create_batch(
-            tp, b"k", value, [("h", b"1")], 1000 + now, future, now, acc.capacity_for(len(value))
-        )
+        batch = acc.create_batch(tp, b"k", value, headers, 1000 + now, future, size, now)
     return batch, future
 
 
