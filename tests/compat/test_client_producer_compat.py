@@ -10,6 +10,9 @@ transaction prepared by one producer is completed by another (KIP-939)."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import test_aiokafka
@@ -31,6 +34,8 @@ from broker.client.models import ConsumerGroupMetadata, NewTopic, OffsetAndMetad
 from broker.client.producer import PreparedTxnState
 
 pytestmark = pytest.mark.timeout(120)
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 async def create_topic(bootstrap: str, prefix: str, partitions: int = PARTITIONS) -> str:
@@ -272,38 +277,61 @@ async def test_two_phase_commit_needs_the_broker_property(broker_process):
             await producer.init_transactions()
 
 
+# A process that prepares a transaction, prints its state and waits to be killed.
+PREPARE = """
+import asyncio, sys
+from broker.client.producer import Producer
+
+async def main(bootstrap, topic, txn_id):
+    producer = Producer(
+        bootstrap, transactional_id=txn_id, transaction_two_phase_commit_enable=True
+    )
+    await producer.start()
+    await producer.init_transactions()
+    producer.begin_transaction()
+    for value in (b"c0", b"c1"):
+        await producer.send(topic, value, partition=0)
+    print(await producer.prepare_transaction(), flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
 async def test_a_prepared_transaction_is_completed_by_another_producer(make_broker_process):
-    """KIP-939: one producer prepares and hands its state over as text; a second one with the
-    same transactional id keeps the prepared transaction at init_transactions and commits
-    it, because the state matches; a state that does not match aborts."""
+    """KIP-939: one process prepares and hands its state over as text, then is killed; a
+    second producer with the same transactional id keeps the prepared transaction at
+    init_transactions and commits it, because the state matches; a state that does not
+    match aborts."""
     broker = make_broker_process("transaction.two.phase.commit.enable=true").start()
     bootstrap = broker.bootstrap
     topic = await create_topic(bootstrap, "ours-2pc", partitions=1)
     txn_id = topic_name("2pc")
     options = dict(transactional_id=txn_id, transaction_two_phase_commit_enable=True)
 
-    async def prepare(values: list[bytes]) -> str:
-        async with Producer(bootstrap, **options) as first:
-            await first.init_transactions()
-            first.begin_transaction()
-            for value in values:
-                await first.send(topic, value, partition=0)
-            return str(await first.prepare_transaction())
-
-    handed_over = await prepare([b"c0", b"c1"])
+    preparer = subprocess.Popen(
+        [sys.executable, "-c", PREPARE, bootstrap, topic, txn_id],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        handed_over = await asyncio.to_thread(preparer.stdout.readline)
+    finally:
+        preparer.kill()
+        preparer.wait()
     async with Producer(bootstrap, **options) as second:
         await second.init_transactions(keep_prepared_txn=True)
         await second.complete_transaction(PreparedTxnState.from_json(handed_over))
         # Its own transactions go on with its own epoch.
         second.begin_transaction()
         await second.send(topic, b"next", partition=0)
-        await second.commit_transaction()
-    stale = PreparedTxnState.from_json(await prepare([b"a0"]))
+        stale = await second.prepare_transaction()
     async with Producer(bootstrap, **options) as third:
         await third.init_transactions(keep_prepared_txn=True)
         wrong = PreparedTxnState(txn_id, stale.producer_id, stale.producer_epoch + 7)
         await third.complete_transaction(wrong)
     ends = wait_stable(bootstrap, topic, partitions=1)
     got = CLIENTS[0].read(bootstrap, topic, READ_COMMITTED, ends)
-    assert [v for _, v in got[0]] == [b"c0", b"c1", b"next"]
+    assert [v for _, v in got[0]] == [b"c0", b"c1"]
     assert broker.stop() == 0, "".join(broker.output[-50:])
