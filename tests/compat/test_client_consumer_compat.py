@@ -12,7 +12,6 @@ import asyncio
 import time
 
 import pytest
-from aiokafka import AIOKafkaProducer
 from broker_process import BrokerProcess
 from compat_support import (
     CODECS,
@@ -23,8 +22,9 @@ from compat_support import (
     topic_name,
 )
 from confluent_kafka import Consumer as ConfluentConsumer
-from confluent_kafka import Producer as ConfluentProducer
-from kafka import KafkaProducer
+from test_aiokafka import produce as aiokafka_produce
+from test_confluent_kafka import produce as confluent_produce
+from test_kafka_python import produce as kafka_python_produce
 
 from broker.client import AdminClient, Consumer
 from broker.client.models import NewTopic, TopicPartition
@@ -44,74 +44,6 @@ async def create_topic(bootstrap: str, partitions: int = PARTITIONS) -> str:
     async with AdminClient(bootstrap) as admin:
         await admin.create_topics([NewTopic(name, partitions, 1)])
     return name
-
-
-def produce_confluent(bootstrap: str, topic: str, records: list[Rec], codec: str) -> None:
-    failed: list = []
-    p = ConfluentProducer(
-        {"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 20}
-    )
-    for r in records:
-        p.produce(
-            topic,
-            r.value,
-            r.key,
-            partition=r.partition,
-            headers=list(r.headers),
-            timestamp=r.timestamp,
-            on_delivery=lambda err, _: err and failed.append(err),
-        )
-    assert p.flush(30) == 0 and failed == []
-
-
-def produce_kafka_python(bootstrap: str, topic: str, records: list[Rec], codec: str) -> None:
-    p = KafkaProducer(
-        bootstrap_servers=bootstrap,
-        compression_type=None if codec == "none" else codec,
-        linger_ms=20,
-        max_request_size=1_000_000,
-    )
-    try:
-        futures = [
-            p.send(
-                topic,
-                value=r.value,
-                key=r.key,
-                partition=r.partition,
-                headers=list(r.headers),
-                timestamp_ms=r.timestamp,
-            )
-            for r in records
-        ]
-        for future in futures:
-            future.get(timeout=30)
-    finally:
-        p.close()
-
-
-async def produce_aiokafka(bootstrap: str, topic: str, records: list[Rec], codec: str) -> None:
-    p = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
-        compression_type=None if codec == "none" else codec,
-        linger_ms=20,
-        max_request_size=1_000_000,
-    )
-    await p.start()
-    try:
-        futures = [
-            await p.send(
-                topic,
-                value=r.value,
-                key=r.key,
-                partition=r.partition,
-                headers=list(r.headers),
-                timestamp_ms=r.timestamp,
-            )
-            for r in records
-        ]
-        await asyncio.gather(*futures)
-    finally:
-        await p.stop()
 
 
 async def read_back(bootstrap: str, topic: str, count: int) -> dict[int, list[tuple[int, Rec]]]:
@@ -136,9 +68,9 @@ async def test_what_other_clients_produce_is_read_exactly(broker_process, client
     topic = await create_topic(bootstrap)
     records = make_records()
     if client == "aiokafka":
-        await produce_aiokafka(bootstrap, topic, records, codec)
+        await aiokafka_produce(bootstrap, topic, records, codec)
     else:
-        produce = produce_confluent if client == "confluent-kafka" else produce_kafka_python
+        produce = confluent_produce if client == "confluent-kafka" else kafka_python_produce
         await asyncio.to_thread(produce, bootstrap, topic, records, codec)
     assert_same_records(records, await read_back(bootstrap, topic, len(records)))
 
@@ -176,7 +108,7 @@ async def test_one_group_with_confluent_members(group_bootstrap, kind, ours_firs
     everything = {(topic, p) for p in range(partitions)}
     now = int(time.time() * 1000)
     produced = [Rec(i % partitions, None, b"%d" % i, (), now) for i in range(60)]
-    await asyncio.to_thread(produce_confluent, bootstrap, topic, produced, "none")
+    await asyncio.to_thread(confluent_produce, bootstrap, topic, produced, "none")
     seen: set[tuple[int, int]] = set()
     theirs = [
         ConfluentConsumer(
