@@ -78,6 +78,7 @@ class Producer:
             compression=_CODECS[config.compression_type],
             buffer_memory=config.buffer_memory,
             retry_backoff_ms=config.retry_backoff_ms,
+            retry_backoff_max_ms=config.retry_backoff_max_ms,
         )
         self._coordinator = CoordinatorRequests(
             self.client,
@@ -99,6 +100,8 @@ class Producer:
         await self.close()
 
     async def start(self) -> None:
+        if self._sender is not None:
+            return
         try:
             await self.client.start()
         except BaseException:

@@ -167,12 +167,14 @@ class RecordAccumulator:
         compression: int,
         buffer_memory: int,
         retry_backoff_ms: int,
+        retry_backoff_max_ms: int | None = None,
     ) -> None:
         self.batch_size = batch_size
         self.linger_ms = linger_ms
         self.compression = compression
         self.buffer_memory = buffer_memory
         self.retry_backoff_ms = retry_backoff_ms
+        self.retry_backoff_max_ms = max(retry_backoff_max_ms or 0, retry_backoff_ms)
         self.batches: dict[TopicPartition, deque[ProducerBatch]] = {}
         self.incomplete: set[ProducerBatch] = set()
         self.memory_used = 0
@@ -236,7 +238,7 @@ class RecordAccumulator:
         for tp, queue in self.batches.items():
             head = queue[0]
             if head.attempts:
-                wait = head.last_attempt_ms + self.retry_backoff_ms - now_ms
+                wait = self.retry_due_ms(head) - now_ms
             elif hurry or len(queue) > 1 or head.is_full:
                 wait = 0
             else:
@@ -264,7 +266,7 @@ class RecordAccumulator:
             if not queue:
                 continue
             head = queue[0]
-            if head.attempts and head.last_attempt_ms + self.retry_backoff_ms > now_ms:
+            if head.attempts and self.retry_due_ms(head) > now_ms:
                 continue
             if not may_send(head):
                 continue
@@ -277,6 +279,12 @@ class RecordAccumulator:
             size += head.size
             drained.append(head)
         return drained
+
+    def retry_due_ms(self, batch: ProducerBatch) -> int:
+        """When a retried batch may go again: the backoff doubles with each attempt up to
+        retry.backoff.max.ms (KIP-580, without the jitter)."""
+        backoff = self.retry_backoff_ms * 2 ** min(batch.attempts - 1, 30)
+        return batch.last_attempt_ms + min(backoff, self.retry_backoff_max_ms)
 
     def reenqueue(self, batch: ProducerBatch, now_ms: int) -> None:
         """Put a batch back for a retry, ahead of newer ones and in sequence order among

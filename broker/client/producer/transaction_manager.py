@@ -88,7 +88,8 @@ class TxnState(enum.Enum):
 S = TxnState
 # state -> the states it may be entered from (Kafka's State.isTransitionValid)
 _ENTERED_FROM = {
-    S.INITIALIZING: {S.UNINITIALIZED, S.INITIALIZING, S.READY, S.ABORTABLE_ERROR},
+    # Entered again only to retry an init_transactions() that failed or timed out.
+    S.INITIALIZING: {S.UNINITIALIZED, S.INITIALIZING},
     S.READY: {S.INITIALIZING, S.COMMITTING_TRANSACTION, S.ABORTING_TRANSACTION},
     S.IN_TRANSACTION: {S.READY},
     S.PREPARED_TRANSACTION: {S.IN_TRANSACTION, S.INITIALIZING},
@@ -232,7 +233,7 @@ class TransactionManager:
             self._transition(TxnState.PREPARED_TRANSACTION, "keep a prepared transaction")
             self.transaction_started = True
         else:
-            self.state = TxnState.READY if self.is_transactional else self.state
+            self._transition(TxnState.READY, "complete init_transactions")
 
     def set_producer_id(self, producer_id: int, producer_epoch: int) -> None:
         """A new id or epoch from InitProducerId: every partition's sequence starts at 0."""

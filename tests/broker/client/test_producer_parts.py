@@ -38,6 +38,7 @@ def accumulator(**overrides) -> RecordAccumulator:
         compression=codecs.NONE,
         buffer_memory=10_000,
         retry_backoff_ms=100,
+        retry_backoff_max_ms=1000,
     )
     return RecordAccumulator(**{**options, **overrides})
 
@@ -113,10 +114,14 @@ async def test_retries_go_back_ahead_of_new_batches_in_sequence_order():
     acc.reenqueue(drained[1], now_ms=10)
     acc.reenqueue(drained[0], now_ms=10)
     assert list(acc.batches[TP]) == [drained[0], drained[1], batches[2]]
-    # The retry backoff holds them back.
+    # The retry backoff holds them back, longer after each attempt (up to its maximum).
     assert acc.ready(50) == ([], 60)
     assert acc.drain([TP], 10_000, 50, always) == []
     assert acc.drain([TP], 10_000, 110, always) == [drained[0]]
+    acc.reenqueue(drained[0], now_ms=200)
+    assert acc.retry_due_ms(drained[0]) == 400
+    drained[0].attempts = 12
+    assert acc.retry_due_ms(drained[0]) == 1200
 
 
 async def test_split_keeps_records_futures_and_sequences():
@@ -174,6 +179,8 @@ def test_transaction_state_machine_refuses_calls_out_of_turn():
         txn.check_send()
     txn.begin_init()
     txn.complete_init(5, 0)
+    with pytest.raises(IllegalStateError, match="init_transactions in state READY"):
+        txn.begin_init()
     with pytest.raises(IllegalStateError, match="commit_transaction in state READY"):
         txn.begin_commit()
     txn.begin_transaction()
