@@ -89,6 +89,10 @@ class Producer:
         )
         self._partitioner = Partitioner(config.partitioner_ignore_keys)
         self._record_size_limit = min(config.max_request_size, config.buffer_memory)
+        # The state in which send() has nothing to check.
+        self._sending_state = (
+            TxnState.IN_TRANSACTION if self._txn.is_transactional else TxnState.UNINITIALIZED
+        )
         self._sender: Sender | None = None
         self._closed = False
 
@@ -152,7 +156,9 @@ class Producer:
         error it failed with). Waits only for the topic's metadata and, when buffer_memory is
         used up, for room (at most max_block_ms)."""
         sender = self._running_sender()
-        self._txn.check_send()
+        txn = self._txn
+        if txn.state is not self._sending_state:
+            txn.check_send()
         route = self.client.cached_route(topic) or await self.client.route(topic)
         count = route.partition_count
         if partition is not None and not 0 <= partition < count:
@@ -172,22 +178,26 @@ class Producer:
             )
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
-        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[RecordMetadata] = sender.loop.create_future()
         sticky = partition is None and (key is None or self._partitioner.ignore_keys)
         if partition is None:
             available = route.available_partitions
             partition = self._partitioner.partition(topic, key, count, available)
-        tp = TopicPartition(topic, partition)
         accumulator = self._accumulator
-        batch = accumulator.try_append(tp, key, value, headers, timestamp_ms, future, size)
+        batch = accumulator.try_append(
+            (topic, partition), key, value, headers, timestamp_ms, future, size
+        )
         if batch is None and sticky:
             # KIP-480: the sticky partition's batch is complete; fill another partition's.
             self._partitioner.on_new_batch(topic, partition, count, available)
-            tp = TopicPartition(topic, self._partitioner.partition(topic, key, count, available))
-            batch = accumulator.try_append(tp, key, value, headers, timestamp_ms, future, size)
+            partition = self._partitioner.partition(topic, key, count, available)
+            batch = accumulator.try_append(
+                (topic, partition), key, value, headers, timestamp_ms, future, size
+            )
         if batch is None:
+            tp = TopicPartition(topic, partition)
             await self._wait_for_memory(sender, accumulator.capacity_for(size))
-            self._txn.check_send()  # the transaction may have ended while we waited
+            txn.check_send()  # the transaction may have ended while we waited
             batch = accumulator.try_append(tp, key, value, headers, timestamp_ms, future, size)
             if batch is None:
                 batch = accumulator.create_batch(
@@ -197,8 +207,8 @@ class Producer:
                 # Once per batch, let the sender put the full ones on the wire: the broker
                 # works on them while the caller goes on queueing.
                 await asyncio.sleep(0)
-        if self._txn.is_transactional:
-            self._txn.maybe_add_partition(tp)
+        if txn.is_transactional:
+            txn.maybe_add_partition(batch.tp)
             sender.wakeup()
         elif batch.is_full:
             sender.wakeup()

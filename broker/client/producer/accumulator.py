@@ -186,7 +186,7 @@ class RecordAccumulator:
 
     def try_append(
         self,
-        tp: TopicPartition,
+        tp: tuple[str, int],
         key: bytes | None,
         value: bytes | None,
         headers: Sequence[Header],

@@ -49,6 +49,7 @@ class Sender:
         self.txn = txn
         self.coordinator = coordinator
         self.config = config
+        self.loop = asyncio.get_running_loop()  # made by Producer.start, on its loop
         self.memory_freed = asyncio.Event()
         self._wakeup = asyncio.Event()
         self._in_flight: dict[int, int] = defaultdict(int)  # node -> Produce requests
@@ -59,7 +60,7 @@ class Sender:
         self._metadata_backoff_until = 0
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="fjord-producer-sender")
+        self._task = self.loop.create_task(self._run(), name="fjord-producer-sender")
 
     def wakeup(self) -> None:
         self._wakeup.set()
