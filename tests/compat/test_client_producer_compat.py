@@ -208,6 +208,41 @@ async def test_a_second_producer_with_the_same_transactional_id_fences_the_first
     assert [v for _, v in got[0]] == [b"successor"]
 
 
+async def test_a_failed_record_makes_the_transaction_abortable_and_abort_bumps_the_epoch(
+    broker_process,
+):
+    """A record the broker refuses leaves its sequence unresolved: the transaction can only
+    be aborted, and the abort takes the next epoch (InitProducerId with the current id and
+    epoch, KIP-360) so the next transaction's sequences start afresh."""
+    bootstrap = broker_process.bootstrap
+    topic = topic_name("ours-abortable")
+    async with AdminClient(bootstrap) as admin:
+        await admin.create_topics([NewTopic(topic, 1, 1, {"max.message.bytes": "1000"})])
+    txn_id = topic_name("abortable")
+
+    async def epoch() -> int:
+        async with AdminClient(bootstrap) as admin:
+            return (await admin.describe_transaction(txn_id)).producer_epoch
+
+    async with Producer(bootstrap, transactional_id=txn_id) as producer:
+        await producer.init_transactions()
+        producer.begin_transaction()
+        await producer.send_and_wait(topic, b"first", partition=0)
+        with pytest.raises(KafkaAdminError, match="MESSAGE_TOO_LARGE"):
+            await producer.send_and_wait(topic, b"x" * 5000, partition=0)
+        with pytest.raises(TransactionAbortableError, match="MESSAGE_TOO_LARGE"):
+            await producer.commit_transaction()
+        before = await epoch()
+        await producer.abort_transaction()
+        assert await epoch() == before + 1
+        producer.begin_transaction()
+        await producer.send(topic, b"second", partition=0)
+        await producer.commit_transaction()
+    ends = wait_stable(bootstrap, topic, partitions=1)
+    got = await asyncio.to_thread(CLIENTS[0].read, bootstrap, topic, READ_COMMITTED, ends)
+    assert [v for _, v in got[0]] == [b"second"]
+
+
 def committed_offset(bootstrap: str, group: str, topic: str) -> int:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
