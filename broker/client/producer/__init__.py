@@ -47,6 +47,42 @@ __all__ = ["PreparedTxnState", "Producer"]
 _CODECS = {name: codec for codec, name in codecs.CODEC_NAMES.items()}
 
 
+_BYTES = (bytes, bytearray, memoryview)
+
+
+def _checked_record(
+    key: Any, value: Any, headers: Any, timestamp_ms: Any
+) -> tuple[bytes | None, bytes | None, tuple[Header, ...]]:
+    """The record as the batch keeps it until it is encoded (so a caller's buffer that
+    changes afterwards does not change it), or TypeError/ValueError for what Kafka's
+    serializers and ProducerRecord refuse."""
+    if key is not None and not isinstance(key, bytes):
+        if not isinstance(key, _BYTES):
+            raise TypeError(f"key must be bytes or None, got {type(key).__name__}")
+        key = bytes(key)
+    if value is not None and not isinstance(value, bytes):
+        if not isinstance(value, _BYTES):
+            raise TypeError(f"value must be bytes or None, got {type(value).__name__}")
+        value = bytes(value)
+    if headers is None:
+        headers = ()
+    elif not isinstance(headers, tuple) or headers:
+        headers = tuple(headers)
+        for header in headers:
+            if not (
+                isinstance(header, tuple)
+                and len(header) == 2
+                and isinstance(header[0], str)
+                and (header[1] is None or isinstance(header[1], bytes))
+            ):
+                raise TypeError(f"a header must be (str, bytes | None), got {header!r}")
+    if timestamp_ms is not None and (
+        isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int) or timestamp_ms < 0
+    ):
+        raise ValueError(f"timestamp_ms must be a non-negative integer, got {timestamp_ms!r}")
+    return key, value, headers
+
+
 class Producer:
     """Options are the Java producer's properties with dots as underscores (`linger_ms`,
     `enable_idempotence`, `transactional_id`, ...), checked here; see config.py."""
@@ -165,8 +201,7 @@ class Producer:
             raise KafkaAdminError.from_code(
                 ErrorCode.unknown_topic_or_partition, None, f"{topic}-{partition}"
             )
-        if not isinstance(headers, tuple):
-            headers = tuple(headers)  # kept until the batch is encoded: the caller's may change
+        key, value, headers = _checked_record(key, value, headers, timestamp_ms)
         size = record_size(key, value, headers)
         limit = self._record_size_limit
         if size > limit:

@@ -224,6 +224,26 @@ async def test_batches_bigger_than_the_topic_allows_are_split(broker_process):
     assert [m.value()[:4] for m in got] == [b"%04d" % i for i in range(16)]
 
 
+async def test_records_a_serializer_would_refuse_fail_at_send(broker_process):
+    bootstrap = broker_process.bootstrap
+    topic = await create_topic(bootstrap)
+    async with Producer(bootstrap) as producer:
+        with pytest.raises(TypeError, match="value must be bytes"):
+            await producer.send(topic, "text")
+        with pytest.raises(TypeError, match="key must be bytes"):
+            await producer.send(topic, b"v", key=7)
+        with pytest.raises(TypeError, match="header"):
+            await producer.send(topic, b"v", headers=[("h", "text")])
+        with pytest.raises(ValueError, match="timestamp_ms"):
+            await producer.send(topic, b"v", timestamp_ms=-5)
+        # A buffer the caller reuses is copied when queued.
+        buffer = bytearray(b"first")
+        future = await producer.send(topic, buffer, partition=0, headers=None)
+        buffer[:] = b"later"
+        assert (await future).offset == 0
+    assert [m.value() for m in consume(bootstrap, topic, 0, 1)] == [b"first"]
+
+
 def test_bad_compression_type_is_refused():
     with pytest.raises(ValueError, match="compression.type"):
         Producer("127.0.0.1:9092", compression_type="brotli")
