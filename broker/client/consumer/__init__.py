@@ -41,6 +41,7 @@ from broker.client.consumer.fetcher import (
     Fetcher,
 )
 from broker.client.consumer.group_member import GroupMember
+from broker.client.consumer.parallel_rebalance import ParallelRebalance
 from broker.client.consumer.rebalance import (
     ConsumerRebalanceListener,
     Partitions,
@@ -66,7 +67,7 @@ from broker.client.models import (
     OffsetAndTimestamp,
     TopicPartition,
 )
-from broker.client.options import COMMON_OPTIONS, parse_options
+from broker.client.options import COMMON_OPTIONS, ConfigError, parse_options
 from broker.client.record_decoder import ISOLATION_LEVELS
 from broker.client.routing import RoutingClient
 from broker.client.session import Security
@@ -106,24 +107,23 @@ class Consumer:
         self.config = parse_options(CONSUMER_OPTIONS, options)
         common = {name: getattr(self.config, name) for name in COMMON_OPTIONS}
         common["client_id"] = self.config.client_id or self.DEFAULT_CLIENT_ID
+        if self.config.enable_parallel_rebalance and self.config.group_id is None:
+            raise ConfigError("enable_parallel_rebalance", "needs a group_id to commit to")
+        self._client_args = (bootstrap_servers, security, common)
         self.client = RoutingClient(bootstrap_servers, security, **common)
-        self._fetch_client = RoutingClient(bootstrap_servers, security, **common)
         self.subscriptions = SubscriptionState(self.config.auto_offset_reset)
         self.records_ready = asyncio.Event()
-        self.fetcher = Fetcher(
-            self._fetch_client,
-            self.subscriptions,
-            fetch_min_bytes=self.config.fetch_min_bytes,
-            fetch_max_wait_ms=self.config.fetch_max_wait_ms,
-            fetch_max_bytes=self.config.fetch_max_bytes,
-            max_partition_fetch_bytes=self.config.max_partition_fetch_bytes,
-            isolation_level=self.config.isolation_level,
-            records_ready=self.records_ready,
-        )
-        self._fetchers: list[Fetcher] = [self.fetcher]
+        self._fetchers: list[Fetcher] = []
+        self._fetch_clients: list[RoutingClient] = []
+        self.fetcher = self.make_fetcher(self.subscriptions)
+        self._fetchers.append(self.fetcher)
         self._rebalance = RebalanceInvoker(
-            self.subscriptions, before_revoke=self._before_revoke, after_assign=self._after_assign
+            self.subscriptions,
+            before_revoke=self._before_revoke,
+            after_assign=self._after_assign,
+            after_remove=self._after_remove,
         )
+        self.parallel = ParallelRebalance(self) if self.config.enable_parallel_rebalance else None
         self.coordinator: GroupMember | None = None
         self.group_protocol: str | None = None
         self._processed: dict[TopicPartition, OffsetAndMetadata] = {}
@@ -140,9 +140,26 @@ class Consumer:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    def make_fetcher(self, subscriptions: SubscriptionState) -> Fetcher:
+        """A fetcher over `subscriptions` with a client (connections, fetch sessions) of its
+        own, feeding this consumer's polls once added with `add_fetcher`; closed with it."""
+        bootstrap_servers, security, common = self._client_args
+        client = RoutingClient(bootstrap_servers, security, **common)
+        self._fetch_clients.append(client)
+        return Fetcher(
+            client,
+            subscriptions,
+            fetch_min_bytes=self.config.fetch_min_bytes,
+            fetch_max_wait_ms=self.config.fetch_max_wait_ms,
+            fetch_max_bytes=self.config.fetch_max_bytes,
+            max_partition_fetch_bytes=self.config.max_partition_fetch_bytes,
+            isolation_level=self.config.isolation_level,
+            records_ready=self.records_ready,
+        )
+
     async def start(self) -> None:
         await self.client.start()
-        await self._fetch_client.start()
+        await self._fetch_clients[0].start()
         if self.config.group_id is not None:
             self.coordinator = await self._make_coordinator()
             if self.config.enable_auto_commit:
@@ -191,7 +208,8 @@ class Consumer:
         finally:
             for fetcher in self._fetchers:
                 await fetcher.close()
-            await self._fetch_client.close()
+            for client in self._fetch_clients:
+                await client.close()
             await self.client.close()
 
     # -- subscribing ------------------------------------------------------------------------
@@ -262,12 +280,16 @@ class Consumer:
         deadline = loop.time() + timeout_ms / 1000
         only = {TopicPartition(*tp) for tp in partitions} or None
         self._processed = self.subscriptions.consumed_offsets()
+        if self.parallel is not None:
+            self.parallel.before_poll()
         while True:
             if self.coordinator is not None:
                 self.coordinator.poll()
             await self._update_positions()
             self.records_ready.clear()
             records = self._drain(limit, only)
+            if self.parallel is not None:
+                self.parallel.after_drain(records)
             if records:
                 return records
             remaining = deadline - loop.time()
@@ -359,10 +381,20 @@ class Consumer:
         await self.fetcher.reset_positions()
 
     def pause(self, *partitions: TopicPartition) -> None:
-        self.subscriptions.pause(TopicPartition(*tp) for tp in partitions)
+        tps = [TopicPartition(*tp) for tp in partitions]
+        self.subscriptions.pause(tps)
+        if self.parallel is not None:
+            self.parallel.pause(tps)
 
     def resume(self, *partitions: TopicPartition) -> None:
-        self.subscriptions.resume(TopicPartition(*tp) for tp in partitions)
+        tps = [TopicPartition(*tp) for tp in partitions]
+        self.subscriptions.resume(tps)
+        if self.parallel is not None:
+            self.parallel.resume(tps)
+
+    def child_consumer_is_alive(self) -> bool:
+        """Seed 002: whether the child consumer of the parallel-rebalance mode runs."""
+        return self.parallel is not None and self.parallel.child_consumer_is_alive()
 
     def paused(self) -> set[TopicPartition]:
         return self.subscriptions.paused()
@@ -370,13 +402,32 @@ class Consumer:
     async def beginning_offsets(
         self, partitions: Iterable[TopicPartition]
     ) -> dict[TopicPartition, int]:
-        found = await self._list_offsets(
-            {TopicPartition(*tp): LIST_OFFSETS_EARLIEST for tp in partitions}
-        )
-        return {tp: offset for tp, (offset, _) in found.items()}
+        """The log start offsets. In parallel-rebalance mode (seed 002), for a partition this
+        consumer has handed records of out: the earliest offset either of its consumers has
+        handed out since it took the partition over."""
+        tps = [TopicPartition(*tp) for tp in partitions]
+        found = await self._list_offsets(dict.fromkeys(tps, LIST_OFFSETS_EARLIEST))
+        offsets = {tp: offset for tp, (offset, _) in found.items()}
+        if self.parallel is not None:
+            offsets |= {tp: low for tp, (low, _) in self.parallel.processed_bounds(tps).items()}
+        return offsets
 
     async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """The high watermarks, or the last stable offsets under read_committed, as Kafka's."""
+        """The high watermarks, or the last stable offsets under read_committed, as Kafka's.
+        In parallel-rebalance mode (seed 002), for a partition this consumer has handed
+        records of out: one past the latest offset either of its consumers has handed out."""
+        tps = [TopicPartition(*tp) for tp in partitions]
+        offsets = await self.log_end_offsets(tps)
+        if self.parallel is not None:
+            offsets |= {
+                tp: high + 1 for tp, (_, high) in self.parallel.processed_bounds(tps).items()
+            }
+        return offsets
+
+    async def log_end_offsets(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """Where a read at this consumer's isolation level ends now, per partition."""
         found = await self._list_offsets(
             {TopicPartition(*tp): LIST_OFFSETS_LATEST for tp in partitions}
         )
@@ -431,13 +482,41 @@ class Consumer:
         moved past raises CommitFailedError."""
         self._check_open()
         if offsets is None:
-            wanted = self.subscriptions.consumed_offsets()
-        else:
-            wanted = {
-                TopicPartition(*tp): o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(o)
-                for tp, o in offsets.items()
+            await self._commit_positions(self.subscriptions.consumed_offsets(), processed=False)
+            return
+        wanted = {
+            TopicPartition(*tp): o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(o)
+            for tp, o in offsets.items()
+        }
+        if self.parallel is None:
+            await self._commit(wanted)
+            return
+        logs = self.parallel.to_commit(wanted, processed=False)
+        await self._commit({tp: gaps.to_commit() for tp, gaps in logs.items()})
+        self.parallel.committed_with(logs)
+
+    async def _commit_positions(
+        self,
+        positions: Mapping[TopicPartition, OffsetAndMetadata],
+        processed: bool,
+        only: Iterable[TopicPartition] | None = None,
+    ) -> None:
+        """Commit the primary's `positions` (of the `only` partitions, if given); in parallel
+        mode, with the child's progress where gaps are open (as of the poll before the latest
+        one when `processed`, as auto-commit counts, else as handed out now)."""
+        wanted = set(only) if only is not None else None
+        offsets = {tp: om for tp, om in positions.items() if wanted is None or tp in wanted}
+        logs = {}
+        if self.parallel is not None:
+            logs = {
+                tp: gaps
+                for tp, gaps in self.parallel.to_commit(None, processed).items()
+                if wanted is None or tp in wanted
             }
-        await self._commit(wanted)
+            offsets |= {tp: gaps.to_commit() for tp, gaps in logs.items()}
+        await self._commit(offsets)
+        if self.parallel is not None:
+            self.parallel.committed_with(logs)
 
     async def _commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
         group_id = self._group_id()
@@ -478,7 +557,10 @@ class Consumer:
     async def committed(self, tp: TopicPartition) -> OffsetAndMetadata | None:
         """The group's committed offset and metadata for `tp`; None when it has none."""
         tp = TopicPartition(*tp)
-        return (await self._fetch_committed([tp])).get(tp)
+        found = (await self._fetch_committed([tp])).get(tp)
+        if self.parallel is not None:
+            return self.parallel.low_water(found)
+        return found
 
     async def _fetch_committed(
         self, partitions: Iterable[TopicPartition]
@@ -497,24 +579,30 @@ class Consumer:
     async def _before_revoke(self, partitions: Partitions) -> None:
         if not self.config.enable_auto_commit or self.config.group_id is None:
             return
-        offsets = {
-            tp: om for tp, om in self.subscriptions.consumed_offsets().items() if tp in partitions
-        }
         try:
-            await self._commit(offsets)
+            await self._commit_positions(
+                self.subscriptions.consumed_offsets(), processed=False, only=partitions
+            )
         except (KafkaAdminError, OSError) as e:
             log.warning("auto-commit before revoking %s failed: %r", sorted(partitions), e)
 
     async def _after_assign(self, partitions: Partitions) -> None:
+        if self.parallel is not None:
+            await self.parallel.take_over(partitions)
         await self._update_positions()
+
+    async def _after_remove(self, partitions: Partitions) -> None:
+        """Revoked (after the listener could commit) or lost: the child stops reading them."""
+        if self.parallel is not None:
+            self.parallel.drop(partitions)
 
     async def _auto_commit_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.auto_commit_interval_ms / 1000)
-            assigned = self.subscriptions.partitions
-            offsets = {tp: om for tp, om in self._processed.items() if tp in assigned}
             try:
-                await self._commit(offsets)
+                await self._commit_positions(
+                    self._processed, processed=True, only=set(self.subscriptions.partitions)
+                )
             except (KafkaAdminError, OSError) as e:
                 log.warning("auto-commit failed: %r", e)
 

@@ -54,5 +54,7 @@ CONSUMER_OPTIONS: dict[str, Option] = {
     "fetch_max_bytes": Option(52_428_800, integer(0, INT32_MAX)),
     "max_partition_fetch_bytes": Option(1_048_576, integer(1, INT32_MAX)),
     "metadata_max_age_ms": Option(300_000, integer(0, INT32_MAX)),
+    # Seed 002 (KIP-333): after a take-over, new records first and the backlog in parallel.
+    "enable_parallel_rebalance": Option(False, boolean),
     "client_rack": Option("", lambda v: v if isinstance(v, str) else text(v)),
 }

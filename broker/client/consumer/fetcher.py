@@ -177,6 +177,10 @@ class Fetcher:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="fetcher")
 
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
     async def close(self) -> None:
         tasks = [t for t in [self._task, *self._node_tasks] if t is not None]
         for task in tasks:

@@ -56,11 +56,13 @@ class RebalanceInvoker:
         *,
         before_revoke: Callable[[Partitions], Awaitable[None]],
         after_assign: Callable[[Partitions], Awaitable[None]],
+        after_remove: Callable[[Partitions], Awaitable[None]],
     ) -> None:
         self.subscriptions = subscriptions
         self.listener: Any = None
         self._before_revoke = before_revoke
         self._after_assign = after_assign
+        self._after_remove = after_remove
 
     async def revoke(self, partitions: Partitions) -> None:
         if not partitions:
@@ -70,6 +72,7 @@ class RebalanceInvoker:
             await _call(self.listener, "on_partitions_revoked", partitions)
         finally:
             self.subscriptions.remove_partitions(partitions)
+            await self._after_remove(partitions)
 
     async def assign(self, partitions: Partitions) -> None:
         self.subscriptions.add_partitions(partitions)
@@ -80,4 +83,5 @@ class RebalanceInvoker:
         if not partitions:
             return
         self.subscriptions.remove_partitions(partitions)
+        await self._after_remove(partitions)
         await _call(self.listener, "on_partitions_lost", partitions)
