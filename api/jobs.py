@@ -7,9 +7,11 @@ A failure is recorded on the job with the Kafka error's name, as the API would a
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections.abc import Callable, Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +21,11 @@ from django.utils import timezone
 
 from api import kafka
 from api.errors import kafka_error_body
-from api.kafka import BrokerUnavailable
+from api.kafka import BrokerUnavailable, security_from_settings
 from api.models import Job
 from api.offset_reset import ensure_inactive, target_offsets
-from broker.client import AdminClient, KafkaAdminError, PartitionReader
+from api.topic_import import Deliveries, imported_records, produce_step
+from broker.client import AdminClient, KafkaAdminError, PartitionReader, Producer
 
 # Partitions per OffsetCommit: big enough to be quick, small enough for a moving progress bar.
 RESET_CHUNK = 100
@@ -159,7 +162,77 @@ def _exported(record: Any) -> dict[str, Any]:
     }
 
 
+# --- import ---
+
+# Records queued and not yet acknowledged: enough to fill batches for every partition while
+# earlier ones are on the wire, few enough that a failure leaves a short tail to account for.
+IMPORT_IN_FLIGHT = 5000
+# Records queued between two saves of the job's progress.
+IMPORT_STEP = 1000
+# One producer per import, made for bulk: full batches rather than a record per request.
+IMPORT_PRODUCER_OPTIONS = {"client_id": "fjord-import", "linger_ms": 20, "batch_size": 262_144}
+
+
+def import_path(name: str) -> Path:
+    return Path(settings.FJORD_IMPORT_DIR) / name
+
+
+def import_topic(job: Job) -> dict[str, Any]:
+    """The records of an uploaded export (validated by scan_import when it was uploaded)
+    produced to a topic, in their exported partitions or the partitioner's, with their
+    timestamps or the time of producing. One idempotent producer batches them; the job counts
+    a record done once the broker acknowledged it, and when the job fails its result says how
+    many were written. The upload is removed when the job ends, whatever its end.
+
+    The producer runs on an event loop of the job's own, between steps of IMPORT_STEP records,
+    so that progress is saved from plain synchronous code."""
+    params = job.params
+    path = import_path(params["file"])
+    Job.objects.filter(pk=job.pk).update(total=params["records"])
+    deliveries = Deliveries(IMPORT_IN_FLIGHT)
+    try:
+        with path.open("rb") as lines, asyncio.Runner() as runner:
+            producer = Producer(
+                settings.FJORD_BOOTSTRAP, security_from_settings(), **IMPORT_PRODUCER_OPTIONS
+            )
+            runner.run(producer.start())
+            try:
+                records = imported_records(lines)
+                while step := list(islice(records, IMPORT_STEP)):
+                    before = deliveries.written
+                    runner.run(
+                        produce_step(
+                            producer,
+                            deliveries,
+                            params["topic"],
+                            step,
+                            keep_partitions=params["partitioning"] == "exported",
+                            keep_timestamps=params["timestamps"] == "exported",
+                        )
+                    )
+                    advance(job, deliveries.written - before)
+                before = deliveries.written
+                runner.run(deliveries.settle())
+                advance(job, deliveries.written - before)
+            finally:
+                runner.run(producer.close())
+    except Exception:
+        deliveries.count_settled()
+        outcome = {"topic": params["topic"], "records": deliveries.written}
+        if deliveries.failed_line is not None:
+            outcome["failed_line"] = deliveries.failed_line
+        Job.objects.filter(pk=job.pk).update(done=deliveries.written, result=outcome)
+        raise
+    finally:
+        path.unlink(missing_ok=True)
+    return {"topic": params["topic"], "records": deliveries.written}
+
+
+# --- end import ---
+
+
 KINDS: dict[str, Callable[[Job], dict[str, Any]]] = {
     Job.Kind.RESET_OFFSETS: reset_offsets,
     Job.Kind.EXPORT_TOPIC: export_topic,
+    Job.Kind.IMPORT_TOPIC: import_topic,
 }

@@ -59,6 +59,7 @@ class Job(models.Model):
     class Kind(models.TextChoices):
         RESET_OFFSETS = "reset_offsets", "Reset consumer group offsets"
         EXPORT_TOPIC = "export_topic", "Export a topic's records"
+        IMPORT_TOPIC = "import_topic", "Import records into a topic"
 
     class State(models.TextChoices):
         PENDING = "pending"

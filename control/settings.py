@@ -231,6 +231,8 @@ if FJORD_SAMPLER == "beat":
 
 # Exported topics are written here and downloaded through the jobs API.
 FJORD_EXPORT_DIR = Path(os.environ.get("FJORD_EXPORT_DIR", str(VAR_DIR / "exports")))
+# Uploaded files wait here for their import job, which removes them when it ends.
+FJORD_IMPORT_DIR = Path(os.environ.get("FJORD_IMPORT_DIR", str(VAR_DIR / "imports")))
 
 # Where the control plane finds the broker: Kafka's bootstrap.servers, and the broker's
 # Prometheus endpoint.

@@ -1,11 +1,16 @@
 from __future__ import annotations
 
+import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from django.urls import reverse
 from rest_framework import serializers
 
+from api.jobs import import_path
 from api.models import Job
+from api.topic_import import ImportFileError, check_import_target, scan_import
+from broker.client import AdminClient
 
 TOPIC_NAME = r"^[a-zA-Z0-9._-]{1,249}$"
 INT64 = {"min_value": -(2**63), "max_value": 2**63 - 1}
@@ -45,7 +50,15 @@ class JobSerializer(serializers.ModelSerializer):
         return request.build_absolute_uri(path) if request is not None else path
 
 
-class ResetOffsetsJobSerializer(serializers.Serializer):
+class JobParamsSerializer(serializers.Serializer):
+    """The input of one kind of job."""
+
+    def job_params(self) -> dict[str, Any]:
+        """The job's parameters, as kept in its row."""
+        return dict(self.validated_data)
+
+
+class ResetOffsetsJobSerializer(JobParamsSerializer):
     """kafka-consumer-groups --reset-offsets, for a group without active members."""
 
     group_id = serializers.CharField(max_length=255)
@@ -69,7 +82,7 @@ class ResetOffsetsJobSerializer(serializers.Serializer):
         return attrs
 
 
-class ExportTopicJobSerializer(serializers.Serializer):
+class ExportTopicJobSerializer(JobParamsSerializer):
     """Every record of a topic (or of some of its partitions) to a JSON-lines file."""
 
     topic = serializers.RegexField(TOPIC_NAME)
@@ -81,3 +94,62 @@ class ExportTopicJobSerializer(serializers.Serializer):
     isolation_level = serializers.ChoiceField(
         choices=["read_uncommitted", "read_committed"], default="read_uncommitted"
     )
+
+
+class ImportTopicJobSerializer(JobParamsSerializer):
+    """A file written by export-topic (JSON lines), produced to a topic."""
+
+    file = serializers.FileField(
+        help_text="JSON lines as export-topic writes them; read through before the job starts, "
+        "so that a bad line refuses the whole file"
+    )
+    topic = serializers.RegexField(TOPIC_NAME, help_text="an existing topic")
+    partitioning = serializers.ChoiceField(
+        choices=["exported", "partitioner"],
+        default="exported",
+        help_text="each record to the partition it was exported from, or where the producer's "
+        "partitioner places it (by key, sticky for records without one)",
+    )
+    timestamps = serializers.ChoiceField(
+        choices=["exported", "now"],
+        default="exported",
+        help_text="the exported timestamps, or the time of the import (a topic with "
+        "LogAppendTime stamps its own either way)",
+    )
+
+    def validate_file(self, upload: Any) -> Any:
+        upload.seek(0)
+        try:
+            self.summary = scan_import(upload.file)
+        except ImportFileError as e:
+            raise serializers.ValidationError(str(e)) from None
+        if not self.summary.records:
+            raise serializers.ValidationError("The file holds no records.")
+        return upload
+
+    def target_check(self) -> Callable[[AdminClient], Awaitable[None]]:
+        """The admin call that the topic exists with every partition the records keep."""
+        topic = self.validated_data["topic"]
+        kept = self.validated_data["partitioning"] == "exported"
+        highest = self.summary.highest_partition if kept else -1
+        return lambda admin: check_import_target(admin, topic, highest)
+
+    def job_params(self) -> dict[str, Any]:
+        """Stores the upload in FJORD_IMPORT_DIR for the job to read."""
+        data = self.validated_data
+        upload = data["file"]
+        name = f"import-{uuid.uuid4().hex}.jsonl"
+        path = import_path(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        upload.seek(0)
+        with path.open("wb") as stored:
+            for chunk in upload.chunks():
+                stored.write(chunk)
+        return {
+            "topic": data["topic"],
+            "partitioning": data["partitioning"],
+            "timestamps": data["timestamps"],
+            "upload": upload.name,
+            "file": name,
+            "records": self.summary.records,
+        }

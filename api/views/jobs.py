@@ -7,14 +7,21 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
+from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from api import audit
+from api import audit, kafka
 from api.jobs import export_path
 from api.models import Job
 from api.permissions import OPERATOR
-from api.serializers.jobs import ExportTopicJobSerializer, JobSerializer, ResetOffsetsJobSerializer
+from api.serializers.errors import errors
+from api.serializers.jobs import (
+    ExportTopicJobSerializer,
+    ImportTopicJobSerializer,
+    JobSerializer,
+    ResetOffsetsJobSerializer,
+)
 from api.tasks import run_job
 
 
@@ -37,7 +44,9 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def _start(self, request: Request, kind: str, serializer_class: type) -> Response:
         serializer = serializer_class(data=request.data)
         serializer.is_valid(raise_exception=True)
-        job = start_job(request, kind, serializer.validated_data)
+        if isinstance(serializer, ImportTopicJobSerializer):
+            kafka.call(serializer.target_check())
+        job = start_job(request, kind, serializer.job_params())
         return Response(
             JobSerializer(job, context=self.get_serializer_context()).data,
             status=status.HTTP_202_ACCEPTED,
@@ -52,6 +61,17 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @action(detail=False, methods=["post"], url_path="export-topic")
     def export_topic(self, request: Request) -> Response:
         return self._start(request, Job.Kind.EXPORT_TOPIC, ExportTopicJobSerializer)
+
+    @extend_schema(request=ImportTopicJobSerializer, responses={202: JobSerializer, **errors()})
+    @action(
+        detail=False,
+        methods=["post"],
+        url_path="import-topic",
+        parser_classes=[MultiPartParser],
+    )
+    def import_topic(self, request: Request) -> Response:
+        """Upload an export (multipart) and produce its records to an existing topic."""
+        return self._start(request, Job.Kind.IMPORT_TOPIC, ImportTopicJobSerializer)
 
     @extend_schema(responses={(200, "application/x-ndjson"): OpenApiTypes.BINARY})
     @action(detail=True, methods=["get"])

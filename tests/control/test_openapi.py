@@ -50,8 +50,10 @@ def fuzzed_broker(tmp_path_factory):
 
 
 @pytest.fixture
-def fuzzed_settings(settings, fuzzed_broker):
+def fuzzed_settings(settings, fuzzed_broker, tmp_path):
     settings.FJORD_BOOTSTRAP = fuzzed_broker.bootstrap
+    # Generated uploads that pass validation are stored for a job that never runs here.
+    settings.FJORD_IMPORT_DIR = tmp_path
     # schemathesis' WSGI transport sends Host: localhost.
     settings.ALLOWED_HOSTS = ["localhost"]
     kafka.reset()

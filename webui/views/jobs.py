@@ -6,13 +6,18 @@ from django.shortcuts import get_object_or_404, redirect, render
 
 from api.models import Job
 from api.permissions import OPERATOR, has_role
-from api.serializers.jobs import ExportTopicJobSerializer, ResetOffsetsJobSerializer
+from api.serializers.jobs import (
+    ExportTopicJobSerializer,
+    ImportTopicJobSerializer,
+    ResetOffsetsJobSerializer,
+)
 from api.views.jobs import start_job
-from webui.views.base import role_required
+from webui.views.base import BrokerCallFailed, broker_call, role_required
 
 FORMS = {
     Job.Kind.RESET_OFFSETS: ResetOffsetsJobSerializer,
     Job.Kind.EXPORT_TOPIC: ExportTopicJobSerializer,
+    Job.Kind.IMPORT_TOPIC: ImportTopicJobSerializer,
 }
 
 
@@ -38,10 +43,16 @@ def job_list(request: HttpRequest) -> HttpResponse:
         elif not has_role(request.user, OPERATOR):
             raise PermissionDenied("Starting a job needs the operator role.")
         else:
-            serializer = serializer_class(data=_form_data(request))
+            serializer = serializer_class(data={**_form_data(request), **request.FILES.dict()})
             if serializer.is_valid():
-                job = start_job(request, submitted, serializer.validated_data)
-                return redirect("webui:job-detail", pk=job.pk)
+                try:
+                    if isinstance(serializer, ImportTopicJobSerializer):
+                        broker_call(request, serializer.target_check())
+                except BrokerCallFailed:
+                    pass  # the page shows the Kafka error
+                else:
+                    job = start_job(request, submitted, serializer.job_params())
+                    return redirect("webui:job-detail", pk=job.pk)
             errors = serializer.errors
     return render(
         request,
