@@ -4,6 +4,10 @@ tokens. The database is pytest-django's, on the real PostgreSQL (control/setting
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import threading
 import uuid
 
 import pytest
@@ -16,12 +20,15 @@ from confluent_kafka.admin import (
 )
 from confluent_kafka.admin import AdminClient as ConfluentAdmin
 from django.contrib.auth.models import Group, User
+from django.db import connection
 from django.test import Client
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from api import kafka
 from api.permissions import ADMIN, OPERATOR, VIEWER
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture
@@ -51,6 +58,72 @@ def broker_settings(settings, control_broker):
     kafka.reset()
     yield control_broker
     kafka.reset()
+
+
+@pytest.fixture(scope="module")
+def celery_worker(django_db_setup, django_db_blocker, control_broker, tmp_path_factory):
+    """`celery -A control worker` on the test database, the test Redis and control_broker,
+    with directories of its own for exports and uploaded imports."""
+    with django_db_blocker.unblock():
+        name = connection.settings_dict["NAME"]
+    export_dir = tmp_path_factory.mktemp("exports")
+    import_dir = tmp_path_factory.mktemp("imports")
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "control.settings_test",
+        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{name}",
+        "FJORD_BOOTSTRAP": control_broker.bootstrap,
+        "FJORD_EXPORT_DIR": str(export_dir),
+        "FJORD_IMPORT_DIR": str(import_dir),
+        "PYTHONUNBUFFERED": "1",
+    }
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "control",
+            "worker",
+            "--pool",
+            "solo",
+            "--loglevel",
+            "INFO",
+            "--without-mingle",
+            "--without-gossip",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    output: list[str] = []
+    ready = threading.Event()
+
+    def pump():
+        for line in proc.stdout:
+            output.append(line)
+            if " ready." in line:
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    if not ready.wait(60) or proc.poll() is not None:
+        proc.kill()
+        raise RuntimeError("worker did not start:\n" + "".join(output))
+    proc.export_dir, proc.import_dir = export_dir, import_dir
+    yield proc
+    proc.terminate()
+    proc.wait(30)
+
+
+@pytest.fixture
+def worker_settings(settings, broker_settings, celery_worker):
+    """The control plane pointed at control_broker and at celery_worker's directories."""
+    settings.FJORD_EXPORT_DIR = celery_worker.export_dir
+    settings.FJORD_IMPORT_DIR = celery_worker.import_dir
+    return broker_settings
 
 
 @pytest.fixture(scope="session")

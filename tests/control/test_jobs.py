@@ -5,98 +5,13 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import subprocess
-import sys
-import threading
-import time
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
-from django.db import connection
+from jobs_support import make_topic, wait_finished
 
 from api import jobs
 from api.models import AuditEntry, Job
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def wait_finished(job_id, timeout: float = 60) -> Job:
-    """The job once the worker has finished it (polling the database it writes to)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job = Job.objects.get(pk=job_id)
-        if job.finished:
-            return job
-        time.sleep(0.05)
-    raise AssertionError(f"job {job_id} did not finish: {Job.objects.get(pk=job_id).state}")
-
-
-@pytest.fixture(scope="module")
-def celery_worker(django_db_setup, django_db_blocker, control_broker, tmp_path_factory):
-    """`celery -A control worker` on the test database, the test Redis and control_broker."""
-    with django_db_blocker.unblock():
-        name = connection.settings_dict["NAME"]
-    export_dir = tmp_path_factory.mktemp("exports")
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "control.settings_test",
-        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{name}",
-        "FJORD_BOOTSTRAP": control_broker.bootstrap,
-        "FJORD_EXPORT_DIR": str(export_dir),
-        "PYTHONUNBUFFERED": "1",
-    }
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "control",
-            "worker",
-            "--pool",
-            "solo",
-            "--loglevel",
-            "INFO",
-            "--without-mingle",
-            "--without-gossip",
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    output: list[str] = []
-    ready = threading.Event()
-
-    def pump():
-        for line in proc.stdout:
-            output.append(line)
-            if " ready." in line:
-                ready.set()
-        ready.set()
-
-    threading.Thread(target=pump, daemon=True).start()
-    if not ready.wait(60) or proc.poll() is not None:
-        proc.kill()
-        raise RuntimeError("worker did not start:\n" + "".join(output))
-    proc.export_dir = export_dir
-    yield proc
-    proc.terminate()
-    proc.wait(30)
-
-
-@pytest.fixture
-def worker_settings(settings, broker_settings, celery_worker):
-    settings.FJORD_EXPORT_DIR = celery_worker.export_dir
-    return broker_settings
-
-
-def make_topic(bootstrap: str, name: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions)])[name].result(30)
 
 
 def produce(bootstrap: str, topic: str, records: list[tuple[int, bytes, bytes]]) -> None:
