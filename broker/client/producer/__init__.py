@@ -27,7 +27,7 @@ from broker.client.models import (
     RecordMetadata,
     TopicPartition,
 )
-from broker.client.producer.accumulator import RecordAccumulator, record_size
+from broker.client.producer.accumulator import RECORD_OVERHEAD, RecordAccumulator, record_size
 from broker.client.producer.config import producer_config
 from broker.client.producer.coordinator import CoordinatorRequests
 from broker.client.producer.partitioner import Partitioner
@@ -125,9 +125,10 @@ class Producer:
         )
         self._partitioner = Partitioner(config.partitioner_ignore_keys)
         self._record_size_limit = min(config.max_request_size, config.buffer_memory)
+        self._transactional = self._txn.is_transactional
         # The state in which send() has nothing to check.
         self._sending_state = (
-            TxnState.IN_TRANSACTION if self._txn.is_transactional else TxnState.UNINITIALIZED
+            TxnState.IN_TRANSACTION if self._transactional else TxnState.UNINITIALIZED
         )
         self._sender: Sender | None = None
         self._closed = False
@@ -191,18 +192,29 @@ class Producer:
         """Queue a record; the answer resolves to its RecordMetadata once written (or to the
         error it failed with). Waits only for the topic's metadata and, when buffer_memory is
         used up, for room (at most max_block_ms)."""
-        sender = self._running_sender()
+        # The per-record path: what is checked and done here is kept to the minimum.
+        sender = self._sender
+        if sender is None or self._closed:
+            sender = self._running_sender()  # raises
         txn = self._txn
         if txn.state is not self._sending_state:
             txn.check_send()
         route = self.client.cached_route(topic) or await self.client.route(topic)
-        count = route.partition_count
+        count = len(route.leaders)
         if partition is not None and not 0 <= partition < count:
             raise KafkaAdminError.from_code(
                 ErrorCode.unknown_topic_or_partition, None, f"{topic}-{partition}"
             )
-        key, value, headers = _checked_record(key, value, headers, timestamp_ms)
-        size = record_size(key, value, headers)
+        if (
+            headers == ()
+            and timestamp_ms is None
+            and type(value) is bytes
+            and (key is None or type(key) is bytes)
+        ):
+            size = RECORD_OVERHEAD + len(value) + (len(key) if key is not None else 0)
+        else:
+            key, value, headers = _checked_record(key, value, headers, timestamp_ms)
+            size = record_size(key, value, headers)
         limit = self._record_size_limit
         if size > limit:
             raise KafkaAdminError.from_code(
@@ -242,10 +254,10 @@ class Producer:
                 # Once per batch, let the sender put the full ones on the wire: the broker
                 # works on them while the caller goes on queueing.
                 await asyncio.sleep(0)
-        if txn.is_transactional:
+        if self._transactional:
             txn.maybe_add_partition(batch.tp)
             sender.wakeup()
-        elif batch.is_full:
+        elif batch.estimated_size >= batch.capacity:  # full
             sender.wakeup()
         return future
 

@@ -21,7 +21,7 @@ from broker.records.record import Header, encode_records
 NO_SEQUENCE = -1
 # An upper bound of a record's framing in a v2 batch: varints for its length, deltas, key and
 # value lengths, header count; attributes; and per header its two length varints.
-_RECORD_OVERHEAD = 36
+RECORD_OVERHEAD = 36
 _HEADER_OVERHEAD = 10
 
 RecordInput = tuple[bytes | None, bytes | None, Sequence[Header], int]  # key, value, headers, ts
@@ -29,7 +29,7 @@ RecordInput = tuple[bytes | None, bytes | None, Sequence[Header], int]  # key, v
 
 def record_size(key: bytes | None, value: bytes | None, headers: Sequence[Header]) -> int:
     """At least what the record takes in a batch, before compression."""
-    size = _RECORD_OVERHEAD + len(key or b"") + len(value or b"")
+    size = RECORD_OVERHEAD + len(key or b"") + len(value or b"")
     for name, data in headers:
         size += _HEADER_OVERHEAD + len(name.encode()) + len(data or b"")
     return size
