@@ -107,7 +107,7 @@ def _unbase64(text: Any, what: str) -> bytes | None:
 
 class Deliveries:
     """The futures of queued records, oldest first, with their lines: at most `limit` wait
-    unacknowledged; `written` counts the acknowledged."""
+    unacknowledged; `written` counts the acknowledged, as they come (for the progress bar)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -120,7 +120,7 @@ class Deliveries:
         with self._failing_at(line):
             future = await queued
         self.pending.append((line, future))
-        while len(self.pending) > self.limit:
+        while self.pending and (len(self.pending) > self.limit or self.pending[0][1].done()):
             await self._settle_oldest()
 
     async def settle(self) -> None:

@@ -4,9 +4,11 @@ with confluent-kafka."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
+from collections import deque
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
@@ -15,6 +17,8 @@ from jobs_support import make_topic, wait_finished
 
 from api import jobs
 from api.models import AuditEntry, Job
+from api.topic_import import Deliveries
+from broker.client import KafkaAdminError
 from broker.client.routing import partition_for_key
 
 
@@ -300,3 +304,33 @@ def test_console_imports_from_the_jobs_page(
     assert started.status_code == 302 and started["Location"] == f"/jobs/{job.pk}/"
     assert job.params["partitioning"] == "partitioner" and job.params["upload"] == "export.jsonl"
     assert [p.name for p in tmp_path.iterdir()] == [job.params["file"]]
+
+
+async def queued(future: asyncio.Future) -> asyncio.Future:
+    """What Producer.send answers: the record's future, once it is queued."""
+    return future
+
+
+async def test_deliveries_count_acknowledged_records_as_they_come_and_wait_past_the_limit():
+    loop = asyncio.get_running_loop()
+    futures = [loop.create_future() for _ in range(4)]
+    deliveries = Deliveries(limit=2)
+    futures[0].set_result("metadata")
+
+    for line, future in enumerate(futures[:3], start=1):
+        await deliveries.add(line, queued(future))
+    assert deliveries.written == 1 and [line for line, _ in deliveries.pending] == [2, 3]
+    fourth = asyncio.ensure_future(deliveries.add(4, queued(futures[3])))
+    for _ in range(5):
+        await asyncio.sleep(0)  # the loop's turns, not a wait: the fourth is held by the second
+    assert not fourth.done()
+    futures[1].set_result("metadata")
+    await fourth
+    assert deliveries.written == 2 and [line for line, _ in deliveries.pending] == [3, 4]
+
+    futures[2].set_exception(KafkaAdminError(10, "MESSAGE_TOO_LARGE"))
+    futures[3].set_result("metadata")
+    with pytest.raises(KafkaAdminError):
+        await deliveries.settle()
+    deliveries.count_settled()
+    assert (deliveries.written, deliveries.failed_line, deliveries.pending) == (3, 3, deque())
