@@ -212,6 +212,7 @@ def import_topic(job: Job) -> dict[str, Any]:
                     )
                     advance(job, deliveries.written - before)
                 before = deliveries.written
+                runner.run(producer.flush())  # the last batches go now, not after linger_ms
                 runner.run(deliveries.settle())
                 advance(job, deliveries.written - before)
             finally:
