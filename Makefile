@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: setup run test test-fast lint bench fuzz system-deps clean
+.PHONY: setup run test test-fast lint bench fuzz soak system-deps clean
 
 setup: $(STAMP)
 
@@ -49,6 +49,14 @@ fuzz: $(TEST_STAMP)
 	FJORD_FUZZ_EXAMPLES=$${FJORD_FUZZ_EXAMPLES:-300} \
 	FJORD_FUZZ_BROKER_EXAMPLES=$${FJORD_FUZZ_BROKER_EXAMPLES:-20} FJORD_FUZZ_REPORT=1 \
 	$(PY) -m pytest -p no:cacheprovider -o timeout=3600 tests/fuzz
+
+# The chaos tests at length: make test runs a short version of each; FJORD_SOAK=1 makes them
+# kill more often for longer (tests/compat/test_parallel_rebalance_crash.py: 30 kills a run).
+soak: $(TEST_STAMP)
+	bash tests/services.sh up
+	status=0; FJORD_SOAK=1 $(PY) -m pytest -p no:cacheprovider -o timeout=3600 \
+	  tests/compat/test_parallel_rebalance_crash.py tests/compat/test_eos_copy.py || status=$$?; \
+	  bash tests/services.sh down; exit $$status
 
 clean:
 	rm -rf var .pytest_cache
