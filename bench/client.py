@@ -10,7 +10,7 @@ reads with fetch.min.bytes 1 and its own defaults otherwise. The two asyncio cli
 on uvloop, so the ratio compares the libraries, not the event loops. Figures are medians of
 the repetitions; the target is our client at 1.5x aiokafka or better, producing and consuming.
 
-Freshness after a crash (seed 002) is measured by `bench.freshness`.
+Then freshness after a crash (seed 002): `bench.freshness`, standard against parallel mode.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, replace
 
+from bench import freshness
 from bench.brokers import FJORD, Broker, BrokerError, create_topics, running
 
 REFERENCE_NOTE = "the same Fjord broker for every client: ratios between clients"
@@ -39,10 +40,11 @@ class ClientPlan:
     records: dict[int, int]  # record size (bytes) -> how many
     repetitions: int
     timeout_s: float
+    freshness: freshness.FreshnessPlan = freshness.FULL
 
 
 FULL = ClientPlan(partitions=3, records={1024: 100_000, 100: 300_000}, repetitions=3, timeout_s=300)
-QUICK = replace(FULL, records={1024: 20_000, 100: 50_000}, repetitions=1)
+QUICK = replace(FULL, records={1024: 20_000, 100: 50_000}, repetitions=1, freshness=freshness.QUICK)
 
 
 # -- the workers, each in its own process ----------------------------------------------------
@@ -236,12 +238,15 @@ def measure(plan: ClientPlan) -> dict:
 
 
 def run(plan: ClientPlan) -> tuple[dict, bool]:
+    fresh, fresh_ok = freshness.run(plan.freshness)
     try:
         figures = measure(plan)
     except (BrokerError, subprocess.TimeoutExpired) as error:
         print(f"\nclient bench failed: {error}", flush=True)
-        return {"status": f"failed: {str(error).splitlines()[0]}", "plan": asdict(plan)}, False
-    return {"status": "ok", "plan": _plan_dict(plan), "records_per_s": figures}, True
+        status = f"failed: {str(error).splitlines()[0]}"
+        return {"status": status, "plan": _plan_dict(plan), "freshness": fresh}, False
+    section = {"status": "ok", "plan": _plan_dict(plan), "records_per_s": figures}
+    return {**section, "freshness": fresh}, fresh_ok
 
 
 def _plan_dict(plan: ClientPlan) -> dict:
@@ -264,7 +269,8 @@ def markdown(result: dict) -> str:
         "",
     ]
     if section["status"] != "ok":
-        return "\n".join([*lines, f"failed: {section['status']}"]) + "\n"
+        lines += [f"failed: {section['status']}", ""]
+        return "\n".join([*lines, *freshness.markdown_lines(section["freshness"])]) + "\n"
     lines += [
         "| record | side | " + " | ".join(CLIENTS) + " | fjord / aiokafka |",
         "|---|---|" + "---:|" * (len(CLIENTS) + 1),
@@ -277,6 +283,7 @@ def markdown(result: dict) -> str:
             lines.append(
                 f"| {size} B | {action} | " + " | ".join(cells) + f" | {ratio:.2f}x{mark} |"
             )
+    lines += ["", *freshness.markdown_lines(section["freshness"])]
     return "\n".join(lines) + "\n"
 
 
