@@ -12,6 +12,17 @@ import threading
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# Broker settings for tests of groups: groups form at once (no initial rebalance delay), and
+# members can have short sessions and frequent consumer-protocol heartbeats, so that a member
+# that left or died is replaced in seconds.
+FAST_GROUP_OVERRIDES = (
+    "group.initial.rebalance.delay.ms=0",
+    "group.min.session.timeout.ms=1000",
+    "group.consumer.session.timeout.ms=6000",
+    "group.consumer.min.session.timeout.ms=6000",
+    "group.consumer.heartbeat.interval.ms=200",
+    "group.consumer.min.heartbeat.interval.ms=200",
+)
 STARTED = re.compile(r"started .*listening on PLAINTEXT://[^:]*:(\d+)")
 
 

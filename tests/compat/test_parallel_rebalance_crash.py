@@ -22,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from broker_process import FAST_GROUP_OVERRIDES
 from compat_support import topic_name, wait_until
 from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -35,14 +36,6 @@ PARTITIONS = 2
 KILLS = 30 if os.environ.get("FJORD_SOAK") else 3
 RATE = 400  # records/s, over both partitions (the worker processes up to 1000/s)
 PROGRESS = 200  # records processed by each worker before it may be killed
-OVERRIDES = (
-    "group.initial.rebalance.delay.ms=0",
-    "group.min.session.timeout.ms=1000",
-    "group.consumer.session.timeout.ms=6000",
-    "group.consumer.min.session.timeout.ms=6000",
-    "group.consumer.heartbeat.interval.ms=200",
-    "group.consumer.min.heartbeat.interval.ms=200",
-)
 WORKER = Path(__file__).resolve().parent / "parallel_consumer_worker.py"
 
 pytestmark = pytest.mark.timeout(600 if os.environ.get("FJORD_SOAK") else 240)
@@ -116,7 +109,7 @@ def uncommitted(logs: OffsetAndMetadata | None):
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_parallel_consumer_killed_while_gaps_are_open(make_broker_process, tmp_path, protocol):
-    broker = make_broker_process(*OVERRIDES).start()
+    broker = make_broker_process(*FAST_GROUP_OVERRIDES).start()
     topic, group = topic_name("parallel-crash"), topic_name("g")
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     for f in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():

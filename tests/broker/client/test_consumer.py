@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable
 
 import pytest
-from broker_process import BrokerProcess
+from broker_process import FAST_GROUP_OVERRIDES, BrokerProcess
 from confluent_kafka import Producer as ConfluentProducer
 
 from broker.client import AdminClient, Consumer
@@ -31,15 +31,6 @@ from broker.client.options import ConfigError
 pytestmark = pytest.mark.timeout(120)
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
-# Groups that form at once, and consumer-protocol heartbeats often enough for quick moves.
-OVERRIDES = (
-    "group.initial.rebalance.delay.ms=0",
-    "group.min.session.timeout.ms=1000",
-    "group.consumer.session.timeout.ms=6000",
-    "group.consumer.min.session.timeout.ms=6000",
-    "group.consumer.heartbeat.interval.ms=200",
-    "group.consumer.min.heartbeat.interval.ms=200",
-)
 # Record timestamps: an hour ago (older ones would fall to retention.ms), on a whole second.
 BASE_TS = (int(time.time()) - 3600) * 1000
 FAST_MEMBER = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 200}
@@ -48,7 +39,7 @@ PROTOCOLS = ["classic", "consumer"]
 
 @pytest.fixture(scope="module")
 def bootstrap(tmp_path_factory):
-    proc = BrokerProcess(tmp_path_factory.mktemp("consumer-logs"), *OVERRIDES).start()
+    proc = BrokerProcess(tmp_path_factory.mktemp("consumer-logs"), *FAST_GROUP_OVERRIDES).start()
     yield proc.bootstrap
     assert proc.stop() == 0, "".join(proc.output)
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from broker_process import FAST_GROUP_OVERRIDES, BrokerProcess
 from confluent_kafka import Consumer as ConfluentConsumer
 from test_consumer import (
-    OVERRIDES,
     PROTOCOLS,
     create_topic,
     group_consumer,
@@ -31,9 +31,7 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture(scope="module")
 def bootstrap(tmp_path_factory):
-    from broker_process import BrokerProcess
-
-    proc = BrokerProcess(tmp_path_factory.mktemp("parallel-logs"), *OVERRIDES).start()
+    proc = BrokerProcess(tmp_path_factory.mktemp("parallel-logs"), *FAST_GROUP_OVERRIDES).start()
     yield proc.bootstrap
     assert proc.stop() == 0, "".join(proc.output)
 
