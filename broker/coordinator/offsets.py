@@ -22,6 +22,8 @@ from broker.coordinator.runtime import Record
 TopicPartition = tuple[str, int]
 NO_OFFSET = -1
 NO_PRODUCER_ID = -1
+# The OffsetCommit record's metadata is a non-flexible string: an int16 length of UTF-8 bytes.
+MAX_RECORD_METADATA_BYTES = 0x7FFF
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +167,7 @@ class OffsetManager:
         for p in partitions:
             tp = (p.topic, p.partition)
             metadata = p.metadata or ""
-            if len(metadata.encode()) > self.metadata_max_bytes:
+            if self._metadata_too_large(metadata):
                 errors[tp] = ErrorCode.offset_metadata_too_large
                 continue
             errors[tp] = ErrorCode.none
@@ -182,6 +184,17 @@ class OffsetManager:
                 )
             )
         return records, errors
+
+    def _metadata_too_large(self, metadata: str) -> bool:
+        """Kafka measures `offset.metadata.max.bytes` against Java's String.length(): UTF-16
+        code units, not UTF-8 bytes. The record stores the metadata as an int16-length string,
+        so whatever the setting, more than 32767 UTF-8 bytes cannot be written (Kafka's
+        serializer throws; refusing the partition says why)."""
+        utf16_units = len(metadata.encode("utf-16-le")) // 2
+        return (
+            utf16_units > self.metadata_max_bytes
+            or len(metadata.encode()) > MAX_RECORD_METADATA_BYTES
+        )
 
     def fetch(
         self,

@@ -565,6 +565,9 @@ def _write_value(
 ) -> None:
     if isinstance(type_, _Array):
         length_writer = writers.write_compact_array_length if flexible else writers.write_int32
+        if nullable and value is None:  # Kafka's null array: length -1, compact length 0
+            length_writer(out, None if flexible else -1)
+            return
         length_writer(out, len(value))
         for item in value:
             _write_value(out, type_.element, item, version, flexible, False)
@@ -607,6 +610,8 @@ def _read_value(
         else:
             length, size = readers.read_int32(buf, offset)
         offset += size
+        if (length is None or length == -1) and nullable:
+            return None, offset
         if length is None or length < 0:
             raise CorruptRecordError("null or negative length for a non-nullable array")
         items = []

@@ -43,6 +43,26 @@ def test_oversized_metadata_is_refused_per_partition():
     assert m.fetch("g", [("t", 0)]) == {("t", 0): None}
 
 
+def test_the_metadata_limit_counts_utf16_code_units_as_kafka_does():
+    """Kafka compares Java's String.length() with offset.metadata.max.bytes: "€" is one unit
+    (three UTF-8 bytes), "𝄞" two (a surrogate pair, four UTF-8 bytes)."""
+    m = OffsetManager(metadata_max_bytes=4, retention_ms=DAY)
+    errors = commit(m, "g", ("t", 0, 1, "€€€€"), ("t", 1, 1, "𝄞𝄞"), ("t", 2, 1, "𝄞𝄞z"))
+    assert errors == {
+        ("t", 0): ErrorCode.none,
+        ("t", 1): ErrorCode.none,
+        ("t", 2): ErrorCode.offset_metadata_too_large,
+    }
+    assert m.fetch("g", [("t", 0)]) == {("t", 0): CommittedOffset(1, -1, "€€€€")}
+
+
+def test_metadata_the_record_cannot_hold_is_refused_whatever_the_limit():
+    """The record's metadata has an int16 length of UTF-8 bytes: 32767 at most."""
+    m = OffsetManager(metadata_max_bytes=1 << 20, retention_ms=DAY)
+    errors = commit(m, "g", ("t", 0, 1, "z" * 0x7FFF), ("t", 1, 1, "é" * 0x4000))
+    assert errors == {("t", 0): ErrorCode.none, ("t", 1): ErrorCode.offset_metadata_too_large}
+
+
 def test_delete_writes_tombstones_that_remove_the_group():
     m = OffsetManager(metadata_max_bytes=100, retention_ms=DAY)
     commit(m, "g", ("t", 0, 1, ""), ("u", 0, 2, ""))
