@@ -513,6 +513,9 @@ class Consumer:
                 for tp, gaps in self.parallel.to_commit(None, processed).items()
                 if wanted is None or tp in wanted
             }
+            # A partition with gaps is committed with its token or not at all: its plain
+            # position would skip what the child has not read.
+            offsets = {tp: om for tp, om in offsets.items() if not self.parallel.tracks(tp)}
             offsets |= {tp: gaps.to_commit() for tp, gaps in logs.items()}
         await self._commit(offsets)
         if self.parallel is not None:

@@ -155,6 +155,10 @@ class ParallelRebalance:
             out[tp] = base.advance(om.offset).with_user_metadata(om.metadata)
         return out
 
+    def tracks(self, tp: TopicPartition) -> bool:
+        """Whether `tp` was taken over in this mode: committed only with its token."""
+        return tp in self.committed
+
     def committed_with(self, logs: Mapping[TopicPartition, PartitionGaps]) -> None:
         """The commit of `logs` succeeded."""
         for tp, gaps in logs.items():
