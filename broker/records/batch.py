@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,7 @@ from broker.records.errors import (
     UNSUPPORTED_COMPRESSION_TYPE,
     InvalidRecordError,
 )
-from broker.records.record import Header, Record, decode_records, encode_record
+from broker.records.record import Header, Record, T, encode_record, read_records
 
 __all__ = [
     "BATCH_HEADER_SIZE",
@@ -36,6 +36,7 @@ __all__ = [
     "BatchHeader",
     "InvalidRecordError",
     "Record",
+    "batch_records",
     "build_batch",
     "crc_matches",
     "decode_batch",
@@ -409,8 +410,23 @@ def decode_batch(data: bytes | memoryview) -> tuple[BatchHeader, list[Record]]:
         raise InvalidRecordError(f"unsupported magic {header.magic}", INVALID_RECORD)
     if header.batch_length < _MIN_BATCH_LENGTH or header.size > len(data):
         raise InvalidRecordError("truncated record batch", CORRUPT_MESSAGE)
+    return header, batch_records(bytes(data), 0, header, Record)
+
+
+def batch_records(
+    data: bytes,
+    pos: int,
+    header: BatchHeader,
+    make: Callable[[int, int, bytes | None, bytes | None, list[Header], int], T],
+    base_offset: int = 0,
+    base_timestamp: int = 0,
+) -> list[T]:
+    """The records of the whole v2 batch at `pos` that `header` frames, decompressed, built by
+    `make` (see read_records); an uncompressed batch is read where it lies, without a copy."""
     if header.records_count < 0:
         raise InvalidRecordError(f"invalid record count {header.records_count}")
-    payload = memoryview(data)[BATCH_HEADER_SIZE : header.size]
-    body = codecs.decompress(header.compression, payload)
-    return header, decode_records(body, header.records_count)
+    start, end = pos + BATCH_HEADER_SIZE, pos + header.size
+    if header.compression != codecs.NONE:
+        data = codecs.decompress(header.compression, memoryview(data)[start:end])
+        start, end = 0, len(data)
+    return read_records(data, start, end, header.records_count, make, base_offset, base_timestamp)
