@@ -249,10 +249,11 @@ class RecordMetadata:
     timestamp_ms: int
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ConsumerRecord:
     """A record as a consumer sees it; timestamp_type is 0 CreateTime, 1 LogAppendTime, -1
-    none (magic 0 messages have no timestamp)."""
+    none (magic 0 messages have no timestamp). Not frozen: a consumer builds one per record,
+    and a frozen dataclass's __init__ (object.__setattr__ per field) costs several times more."""
 
     topic: str
     partition: int

@@ -31,7 +31,7 @@ from broker.client.connection import ConnectionClosed
 from broker.client.consumer.subscription_state import EARLIEST, NONE, SubscriptionState
 from broker.client.errors import KafkaAdminError, OffsetOutOfRangeError
 from broker.client.models import ConsumerRecord, TopicPartition
-from broker.client.record_decoder import ISOLATION_LEVELS, decode_records
+from broker.client.record_decoder import ISOLATION_LEVELS, CompletedFetch
 from broker.client.routing import RoutingClient
 
 FETCH = 1
@@ -124,13 +124,11 @@ class FetchSessionHandler:
 
 
 @dataclass
-class CompletedFetch:
-    """One partition's decoded records from one fetch, handed out in order."""
+class BufferedFetch:
+    """One partition's fetched records, decoded as they are handed out, in order."""
 
     position: int  # the offset the next record handed out must continue from
-    records: list[ConsumerRecord]
-    next_offset: int  # where the fetch left off (past skipped control and aborted batches)
-    index: int = 0
+    records: CompletedFetch
 
 
 @dataclass
@@ -165,7 +163,7 @@ class Fetcher:
         self.isolation = ISOLATION_LEVELS[isolation_level]
         self.records_ready = records_ready or asyncio.Event()
         self.sessions: dict[int, FetchSessionHandler] = {}
-        self._completed: dict[TopicPartition, CompletedFetch] = {}
+        self._completed: dict[TopicPartition, BufferedFetch] = {}
         self._in_flight: dict[int, set[TopicPartition]] = {}
         self._error: Exception | None = None
         self._wake = asyncio.Event()
@@ -195,7 +193,12 @@ class Fetcher:
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Up to `max_records` buffered records (of the `only` partitions, if given), moving
         the positions past them. Raises the error a fetch met (offset out of range with
-        auto_offset_reset=none, authorization)."""
+        auto_offset_reset=none, authorization).
+
+        A partition's records go out until its fetch is used up, as with Kafka's next-in-line
+        fetch: its next fetch is then under way while the other partitions' records are handed
+        out, where taking turns would empty every buffer at once and leave the application
+        waiting for the broker."""
         if self._error is not None:
             error, self._error = self._error, None
             raise error
@@ -212,23 +215,21 @@ class Fetcher:
                 continue
             if state.paused or (only is not None and tp not in only):
                 continue
-            records = fetch.records[fetch.index : fetch.index + max_records - taken]
-            fetch.index += len(records)
+            # A buffered fetch has records to take; one that ends at a corrupt entry is done
+            # there, and fetching from the entry again raises its error.
+            records = fetch.records.take(max_records - taken)
             if state.stop_offset is not None:
                 records = [r for r in records if r.offset < state.stop_offset]
             if records:
                 out[tp] = records
                 taken += len(records)
                 fetch.position = records[-1].offset + 1
-            if fetch.index >= len(fetch.records):
-                fetch.position = max(fetch.position, fetch.next_offset)
+            if fetch.records.done:
+                fetch.position = max(fetch.position, fetch.records.next_offset)
                 if state.stop_offset is not None:
                     fetch.position = min(fetch.position, max(state.stop_offset, state.position))
                 del self._completed[tp]
                 self._wake.set()
-            else:
-                # Round robin: a partition handed out goes to the back of the line.
-                self._completed[tp] = self._completed.pop(tp)
             last_epoch = records[-1].leader_epoch if records else -1
             self.subscriptions.advance(tp, fetch.position, last_epoch)
         return out
@@ -401,25 +402,22 @@ class Fetcher:
         return back_off
 
     def _buffer(self, tp: TopicPartition, fetch_offset: int, data: Any) -> None:
-        try:
-            chunk = decode_records(
-                tp.topic,
-                tp.partition,
-                fetch_offset,
-                data.records or b"",
-                data.aborted_transactions,
-                self.isolation,
-                None,
-            )
-        except KafkaAdminError as e:
-            self._fail(e)
-            return
-        if chunk.records:
-            self._completed[tp] = CompletedFetch(fetch_offset, chunk.records, chunk.next_offset)
+        records = CompletedFetch(
+            tp.topic,
+            tp.partition,
+            fetch_offset,
+            data.records or b"",
+            data.aborted_transactions,
+            self.isolation,
+        )
+        if not records.done:
+            self._completed[tp] = BufferedFetch(fetch_offset, records)
             self.records_ready.set()
-        elif chunk.next_offset > fetch_offset:
+        elif records.error is not None:
+            self._fail(records.error)
+        elif records.next_offset > fetch_offset:
             # Only control or aborted batches: nothing to hand out, but the position moves on.
-            self.subscriptions.advance(tp, chunk.next_offset)
+            self.subscriptions.advance(tp, records.next_offset)
 
     async def reset_positions(self) -> None:
         """ListOffsets for partitions whose position is to be reset, by leader."""
