@@ -282,6 +282,10 @@ class Consumer:
         self._processed = self.subscriptions.consumed_offsets()
         if self.parallel is not None:
             self.parallel.before_poll()
+        # One turn of the event loop per poll: while records are buffered nothing below waits,
+        # and the fetcher would send the next fetch (and the connections read its response)
+        # only once every buffer ran dry, leaving the application idle while the broker works.
+        await asyncio.sleep(0)
         while True:
             if self.coordinator is not None:
                 self.coordinator.poll()
