@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import NamedTuple
@@ -249,23 +250,88 @@ class RecordMetadata:
     timestamp_ms: int
 
 
-@dataclass(slots=True)
 class ConsumerRecord:
     """A record as a consumer sees it; timestamp_type is 0 CreateTime, 1 LogAppendTime, -1
-    none (magic 0 messages have no timestamp). Not frozen: a consumer builds one per record,
-    and a frozen dataclass's __init__ (object.__setattr__ per field) costs several times more."""
+    none (magic 0 messages have no timestamp); headers a list of (key, value).
 
-    topic: str
-    partition: int
-    offset: int
-    timestamp_ms: int
-    timestamp_type: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
-    # The batch's partition leader epoch (-1 for magic 0/1 entries): where the record sat, not
-    # what it is, so records compare equal without it.
-    leader_epoch: int = field(default=-1, compare=False)
+    Written out rather than a dataclass because a consumer builds one per record: slots, no
+    frozen __init__ (object.__setattr__ per field costs several times more), and the headers
+    kept as given until asked for, so that a record without any (most) holds a shared empty
+    tuple instead of a list of its own: an object less per record to build and for the
+    garbage collector to follow."""
+
+    __slots__ = (
+        "topic",
+        "partition",
+        "offset",
+        "timestamp_ms",
+        "timestamp_type",
+        "key",
+        "value",
+        "_headers",
+        "leader_epoch",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        timestamp_ms: int,
+        timestamp_type: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]] = (),
+        leader_epoch: int = -1,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.timestamp_ms = timestamp_ms
+        self.timestamp_type = timestamp_type
+        self.key = key
+        self.value = value
+        self._headers = headers
+        # The batch's partition leader epoch (-1 for magic 0/1 entries): where the record sat,
+        # not what it is, so records compare equal without it.
+        self.leader_epoch = leader_epoch
+
+    @property
+    def headers(self) -> list[tuple[str, bytes | None]]:
+        if type(self._headers) is not list:
+            self._headers = list(self._headers)
+        return self._headers
+
+    @headers.setter
+    def headers(self, headers: list[tuple[str, bytes | None]]) -> None:
+        self._headers = headers
+
+    def _compared(self) -> tuple:
+        return (
+            self.topic,
+            self.partition,
+            self.offset,
+            self.timestamp_ms,
+            self.timestamp_type,
+            self.key,
+            self.value,
+            self.headers,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._compared() == other._compared()  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as an unfrozen dataclass
+
+    def __repr__(self) -> str:
+        return (
+            f"ConsumerRecord(topic={self.topic!r}, partition={self.partition!r}, "
+            f"offset={self.offset!r}, timestamp_ms={self.timestamp_ms!r}, "
+            f"timestamp_type={self.timestamp_type!r}, key={self.key!r}, value={self.value!r}, "
+            f"headers={self.headers!r}, leader_epoch={self.leader_epoch!r})"
+        )
 
 
 __all__ += ["ConsumerRecord", "RecordMetadata"]

@@ -28,7 +28,14 @@ from broker.records.errors import (
     UNSUPPORTED_COMPRESSION_TYPE,
     InvalidRecordError,
 )
-from broker.records.record import Header, Record, T, encode_record, read_records
+from broker.records.record import (
+    Header,
+    Record,
+    T,
+    decoded_record,
+    encode_record,
+    read_records,
+)
 
 __all__ = [
     "BATCH_HEADER_SIZE",
@@ -410,14 +417,14 @@ def decode_batch(data: bytes | memoryview) -> tuple[BatchHeader, list[Record]]:
         raise InvalidRecordError(f"unsupported magic {header.magic}", INVALID_RECORD)
     if header.batch_length < _MIN_BATCH_LENGTH or header.size > len(data):
         raise InvalidRecordError("truncated record batch", CORRUPT_MESSAGE)
-    return header, batch_records(bytes(data), 0, header, Record)
+    return header, batch_records(bytes(data), 0, header, decoded_record)
 
 
 def batch_records(
     data: bytes,
     pos: int,
     header: BatchHeader,
-    make: Callable[[int, int, bytes | None, bytes | None, list[Header], int], T],
+    make: Callable[[int, int, bytes | None, bytes | None, Sequence[Header], int], T],
     base_offset: int = 0,
     base_timestamp: int = 0,
 ) -> list[T]:

@@ -69,6 +69,21 @@ def encode_records(out: bytearray, records: Iterable[RecordFields]) -> None:
         out += body
 
 
+NO_HEADERS: Sequence[Header] = ()
+
+
+def decoded_record(
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[Header],
+    attributes: int,
+) -> Record:
+    """read_records' `make` for a Record, which owns a list of headers."""
+    return Record(offset_delta, timestamp_delta, key, value, list(headers), attributes)
+
+
 # Zig-zag varints of one and two bytes, decoded by table and inlined: lengths, deltas and
 # counts are almost always that small, and a consumer reads five of them per record (a function
 # call costs more than the decoding).
@@ -80,18 +95,19 @@ def read_records(
     pos: int,
     end: int,
     count: int,
-    make: Callable[[int, int, bytes | None, bytes | None, list[Header], int], T],
+    make: Callable[[int, int, bytes | None, bytes | None, Sequence[Header], int], T],
     base_offset: int = 0,
     base_timestamp: int = 0,
 ) -> list[T]:
     """Decode exactly `count` records filling data[pos:end], as Kafka's DefaultRecord.readFrom
     checks, into make(offset, timestamp, key, value, headers, attributes) each: offset and
-    timestamp are the deltas plus the bases given (with bases 0, `make=Record` keeps deltas).
+    timestamp are the deltas plus the bases given (with bases 0, decoded_record keeps deltas).
 
     A consumer's per-record path, hence one pass over `bytes` (indexing and slicing bytes is
-    cheaper than a memoryview's), varints of one or two bytes inlined, and each record built
-    by `make` directly rather than through an intermediate tuple (one object less per record
-    for the garbage collector to follow)."""
+    cheaper than a memoryview's), varints of one or two bytes inlined, and as few objects per
+    record as can be, each an allocation and something more for the garbage collector to
+    follow: records built by `make` directly rather than through an intermediate tuple, and
+    those without headers (most) given NO_HEADERS, one shared empty tuple, not a list each."""
     zigzag = _ZIGZAG
     out: list[T] = []
     append = out.append
@@ -99,33 +115,30 @@ def read_records(
         for _ in range(count):
             # Each varint: one byte, two bytes, or longer (decoded by the general function).
             b = data[pos]
-            size, pos = (
-                (zigzag[b], pos + 1)
-                if b < 0x80
-                else (zigzag[b & 0x7F | data[pos + 1] << 7], pos + 2)
-                if data[pos + 1] < 0x80
-                else decode_varint(data, pos)
-            )
+            if b < 0x80:
+                size, pos = zigzag[b], pos + 1
+            elif data[pos + 1] < 0x80:
+                size, pos = zigzag[b & 0x7F | data[pos + 1] << 7], pos + 2
+            else:
+                size, pos = decode_varint(data, pos)
             stop = pos + size
             if size < 0 or stop > end:
                 raise InvalidRecordError(f"invalid record size {size}", INVALID_RECORD)
             attributes = data[pos]
             b = data[pos + 1]
-            timestamp_delta, pos = (
-                (zigzag[b], pos + 2)
-                if b < 0x80
-                else (zigzag[b & 0x7F | data[pos + 2] << 7], pos + 3)
-                if data[pos + 2] < 0x80
-                else decode_varint(data, pos + 1)
-            )
+            if b < 0x80:
+                timestamp_delta, pos = zigzag[b], pos + 2
+            elif data[pos + 2] < 0x80:
+                timestamp_delta, pos = zigzag[b & 0x7F | data[pos + 2] << 7], pos + 3
+            else:
+                timestamp_delta, pos = decode_varint(data, pos + 1)
             b = data[pos]
-            offset_delta, pos = (
-                (zigzag[b], pos + 1)
-                if b < 0x80
-                else (zigzag[b & 0x7F | data[pos + 1] << 7], pos + 2)
-                if data[pos + 1] < 0x80
-                else decode_varint(data, pos)
-            )
+            if b < 0x80:
+                offset_delta, pos = zigzag[b], pos + 1
+            elif data[pos + 1] < 0x80:
+                offset_delta, pos = zigzag[b & 0x7F | data[pos + 1] << 7], pos + 2
+            else:
+                offset_delta, pos = decode_varint(data, pos)
             # A null key (-1, one byte) is the usual case. A key or value length running past
             # the record shows as a record whose fields do not end where its size says.
             if data[pos] == 1:
@@ -133,18 +146,17 @@ def read_records(
             else:
                 key, pos = _decode_bytes(data, pos, stop)
             b = data[pos]
-            n, pos = (
-                (zigzag[b], pos + 1)
-                if b < 0x80
-                else (zigzag[b & 0x7F | data[pos + 1] << 7], pos + 2)
-                if data[pos + 1] < 0x80
-                else decode_varint(data, pos)
-            )
+            if b < 0x80:
+                n, pos = zigzag[b], pos + 1
+            elif data[pos + 1] < 0x80:
+                n, pos = zigzag[b & 0x7F | data[pos + 1] << 7], pos + 2
+            else:
+                n, pos = decode_varint(data, pos)
             value = None
             if n >= 0:
                 value, pos = data[pos : pos + n], pos + n
             if data[pos] == 0:
-                headers: list[Header] = []
+                headers: Sequence[Header] = NO_HEADERS
                 pos += 1
             else:
                 headers, pos = _read_headers(data, pos, stop)
