@@ -31,6 +31,7 @@ from broker.client.producer.accumulator import RECORD_OVERHEAD, RecordAccumulato
 from broker.client.producer.config import producer_config
 from broker.client.producer.coordinator import CoordinatorRequests
 from broker.client.producer.partitioner import Partitioner
+from broker.client.producer.produce_result import FutureRecordMetadata
 from broker.client.producer.sender import Sender, now_ms
 from broker.client.producer.transaction_manager import (
     PreparedTxnState,
@@ -42,7 +43,7 @@ from broker.client.session import Security
 from broker.records import compression as codecs
 from broker.records.record import Header
 
-__all__ = ["PreparedTxnState", "Producer"]
+__all__ = ["FutureRecordMetadata", "PreparedTxnState", "Producer"]
 
 _CODECS = {name: codec for codec, name in codecs.CODEC_NAMES.items()}
 
@@ -188,10 +189,10 @@ class Producer:
         partition: int | None = None,
         headers: Sequence[Header] = (),
         timestamp_ms: int | None = None,
-    ) -> asyncio.Future[RecordMetadata]:
-        """Queue a record; the answer resolves to its RecordMetadata once written (or to the
-        error it failed with). Waits only for the topic's metadata and, when buffer_memory is
-        used up, for room (at most max_block_ms)."""
+    ) -> FutureRecordMetadata:
+        """Queue a record; the answer, awaited, gives its RecordMetadata once written (or
+        raises the error it failed with). Waits only for the topic's metadata and, when
+        buffer_memory is used up, for room (at most max_block_ms)."""
         # The per-record path: what is checked and done here is kept to the minimum.
         sender = self._sender
         if sender is None or self._closed:
@@ -225,30 +226,27 @@ class Producer:
             )
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
-        future: asyncio.Future[RecordMetadata] = sender.loop.create_future()
         sticky = partition is None and (key is None or self._partitioner.ignore_keys)
         if partition is None:
             available = route.available_partitions
             partition = self._partitioner.partition(topic, key, count, available)
         accumulator = self._accumulator
-        batch = accumulator.try_append(
-            (topic, partition), key, value, headers, timestamp_ms, future, size
-        )
+        batch = accumulator.try_append((topic, partition), key, value, headers, timestamp_ms, size)
         if batch is None and sticky:
             # KIP-480: the sticky partition's batch is complete; fill another partition's.
             self._partitioner.on_new_batch(topic, partition, count, available)
             partition = self._partitioner.partition(topic, key, count, available)
             batch = accumulator.try_append(
-                (topic, partition), key, value, headers, timestamp_ms, future, size
+                (topic, partition), key, value, headers, timestamp_ms, size
             )
         if batch is None:
             tp = TopicPartition(topic, partition)
             await self._wait_for_memory(sender, accumulator.capacity_for(size))
             txn.check_send()  # the transaction may have ended while we waited
-            batch = accumulator.try_append(tp, key, value, headers, timestamp_ms, future, size)
+            batch = accumulator.try_append(tp, key, value, headers, timestamp_ms, size)
             if batch is None:
                 batch = accumulator.create_batch(
-                    tp, key, value, headers, timestamp_ms, future, size, now_ms()
+                    tp, key, value, headers, timestamp_ms, size, now_ms()
                 )
                 sender.wakeup()  # its linger starts now
                 # Once per batch, let the sender put the full ones on the wire: the broker
@@ -259,7 +257,7 @@ class Producer:
             sender.wakeup()
         elif batch.estimated_size >= batch.capacity:  # full
             sender.wakeup()
-        return future
+        return batch.last_future()
 
     async def send_and_wait(
         self,
@@ -302,19 +300,16 @@ class Producer:
 
     async def _flush(self, sender: Sender) -> None:
         accumulator = self._accumulator
-        batches = list(accumulator.incomplete)
-        if not batches:
+        results = [batch.result for batch in accumulator.incomplete]
+        if not results:
             return
         accumulator.flushes_in_progress += 1
         sender.wakeup()
         try:
-            # A batch settles all its records at once: its last one stands for it (or, for a
-            # batch split in two since, for the second half).
-            while pending := [b.futures[-1] for b in batches if not b.futures[-1].done()]:
-                await asyncio.wait(pending)
-            # The first halves of split batches.
-            if pending := [f for batch in batches for f in batch.futures if not f.done()]:
-                await asyncio.wait(pending)
+            while results:
+                await asyncio.wait([result.settled for result in results])
+                # The halves of batches split meanwhile, which now hold their records.
+                results = [part for result in results for part in result.parts]
         finally:
             accumulator.flushes_in_progress -= 1
 

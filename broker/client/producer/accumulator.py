@@ -13,7 +13,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from broker.client.models import RecordMetadata, TopicPartition
+from broker.client.models import TopicPartition
+from broker.client.producer.produce_result import FutureRecordMetadata, ProduceRequestResult
 from broker.records import compression as codecs
 from broker.records.batch import BATCH_HEADER_SIZE, frame_batch
 from broker.records.record import Header, encode_records
@@ -37,13 +38,13 @@ def record_size(key: bytes | None, value: bytes | None, headers: Sequence[Header
 
 @dataclass(eq=False)
 class ProducerBatch:
-    """Records for one partition, each with the future its sender awaits."""
+    """Records for one partition, and the result they are all settled by."""
 
     tp: TopicPartition
     created_ms: int
     capacity: int  # what the batch may grow to: batch.size, or one record larger than that
     records: list[RecordInput] = field(default_factory=list)
-    futures: list[asyncio.Future] = field(default_factory=list)
+    result: ProduceRequestResult = field(init=False)
     estimated_size: int = BATCH_HEADER_SIZE
     max_timestamp: int = 0
     attempts: int = 0
@@ -55,9 +56,12 @@ class ProducerBatch:
     payload: bytes | None = None  # the encoded, compressed records section, once drained
     compression: int = codecs.NONE
 
+    def __post_init__(self) -> None:
+        self.result = ProduceRequestResult(*self.tp, asyncio.get_running_loop())
+
     @property
     def count(self) -> int:
-        return len(self.futures)
+        return len(self.records)
 
     @property
     def base_timestamp(self) -> int:
@@ -91,16 +95,14 @@ class ProducerBatch:
         value: bytes | None,
         headers: Sequence[Header],
         timestamp_ms: int,
-        future: asyncio.Future,
         size: int,
     ) -> bool:
         """Add the record (of `size`, see record_size) if it fits; a first one always does."""
         if self.payload is not None or (
-            self.futures and self.estimated_size + size > self.capacity
+            self.records and self.estimated_size + size > self.capacity
         ):
             return False
         self.records.append((key, value, headers, timestamp_ms))
-        self.futures.append(future)
         self.estimated_size += size
         if timestamp_ms > self.max_timestamp:
             self.max_timestamp = timestamp_ms
@@ -143,19 +145,17 @@ class ProducerBatch:
             transactional=transactional,
         )
 
+    def last_future(self) -> FutureRecordMetadata:
+        """What send() answers for the record appended last."""
+        index = len(self.records) - 1
+        return FutureRecordMetadata(self.result, index, self.records[index][3])
+
     def complete(self, base_offset: int, log_append_time_ms: int = -1) -> None:
-        """Resolve every record's future; offset -1 when unknown (acks=0, an old duplicate)."""
-        topic, partition = self.tp
-        for i, (future, record) in enumerate(zip(self.futures, self.records, strict=True)):
-            if not future.done():
-                offset = base_offset + i if base_offset >= 0 else -1
-                stamp = log_append_time_ms if log_append_time_ms >= 0 else record[3]
-                future.set_result(RecordMetadata(topic, partition, offset, stamp))
+        """Settle every record as written; offset -1 when unknown (acks=0, an old duplicate)."""
+        self.result.complete(base_offset, log_append_time_ms)
 
     def fail(self, error: BaseException) -> None:
-        for future in self.futures:
-            if not future.done():
-                future.set_exception(error)
+        self.result.fail(error)
 
 
 class RecordAccumulator:
@@ -191,12 +191,11 @@ class RecordAccumulator:
         value: bytes | None,
         headers: Sequence[Header],
         timestamp_ms: int,
-        future: asyncio.Future,
         size: int,
     ) -> ProducerBatch | None:
         """The open batch of `tp` that took the record, or None when a new batch is needed."""
         queue = self.batches.get(tp)
-        if queue and queue[-1].try_append(key, value, headers, timestamp_ms, future, size):
+        if queue and queue[-1].try_append(key, value, headers, timestamp_ms, size):
             return queue[-1]
         return None
 
@@ -213,12 +212,11 @@ class RecordAccumulator:
         value: bytes | None,
         headers: Sequence[Header],
         timestamp_ms: int,
-        future: asyncio.Future,
         size: int,
         now_ms: int,
     ) -> ProducerBatch:
         batch = ProducerBatch(tp, now_ms, self.capacity_for(size))
-        batch.try_append(key, value, headers, timestamp_ms, future, size)
+        batch.try_append(key, value, headers, timestamp_ms, size)
         self._add(batch)
         self.batches.setdefault(tp, deque()).append(batch)
         return batch
@@ -309,17 +307,16 @@ class RecordAccumulator:
         half = batch.count // 2
         parts = []
         sequence = batch.base_sequence
-        for records, futures in (
-            (batch.records[:half], batch.futures[:half]),
-            (batch.records[half:], batch.futures[half:]),
-        ):
+        for records in (batch.records[:half], batch.records[half:]):
             part = ProducerBatch(batch.tp, batch.created_ms, batch.capacity)
-            for (key, value, headers, ts), future in zip(records, futures, strict=True):
-                part.try_append(key, value, headers, ts, future, 0)
+            for key, value, headers, ts in records:
+                part.try_append(key, value, headers, ts, 0)
             if batch.has_sequence:
                 part.set_producer_state(batch.producer_id, batch.producer_epoch, sequence)
                 sequence += part.count
             parts.append(part)
+        # The records' futures follow their records into the halves.
+        batch.result.split(parts[0].result, parts[1].result, half)
         self.deallocate(batch)
         # As if never tried: no backoff, and the retries count starts afresh.
         for part in reversed(parts):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import traceback
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -45,13 +46,12 @@ def accumulator(**overrides) -> RecordAccumulator:
 
 def append(acc: RecordAccumulator, value: bytes, now: int = 0, tp: TopicPartition = TP):
     """What Producer.send does: the open batch, else a new one."""
-    future = asyncio.get_running_loop().create_future()
     headers = [("h", b"1")]
     size = record_size(b"k", value, headers)
-    batch = acc.try_append(tp, b"k", value, headers, 1000 + now, future, size)
+    batch = acc.try_append(tp, b"k", value, headers, 1000 + now, size)
     if batch is None:
-        batch = acc.create_batch(tp, b"k", value, headers, 1000 + now, future, size, now)
-    return batch, future
+        batch = acc.create_batch(tp, b"k", value, headers, 1000 + now, size, now)
+    return batch, batch.last_future()
 
 
 def always(_batch) -> bool:
@@ -127,16 +127,59 @@ async def test_retries_go_back_ahead_of_new_batches_in_sequence_order():
 async def test_split_keeps_records_futures_and_sequences():
     acc = accumulator(linger_ms=0, batch_size=10_000)
     futures = [append(acc, b"v%d" % i)[1] for i in range(5)]
+    # Waiting since before the split: they follow their records into the halves.
+    waiting = [asyncio.ensure_future(f) for f in (futures[0], futures[4])]
+    called = []
+    futures[3].add_done_callback(called.append)
     [batch] = acc.drain([TP], 100_000, 0, always)
     batch.set_producer_state(3, 1, 20)
     first, second = acc.split_and_reenqueue(batch)
     assert (first.count, first.base_sequence, second.count, second.base_sequence) == (2, 20, 3, 22)
     assert list(acc.batches[TP]) == [first, second]
     assert acc.memory_used == first.capacity + second.capacity
+    await asyncio.sleep(0)
+    assert not any(f.done() for f in futures + waiting) and not called
     for part, base in ((first, 0), (second, 2)):
         acc.drain([TP], 100_000, 0, always)
         part.complete(base)
     assert [f.result().offset for f in futures] == [0, 1, 2, 3, 4]
+    assert [(await w).offset for w in waiting] == [0, 4]
+    await asyncio.sleep(0)
+    assert called == [futures[3]]
+
+
+async def test_records_settle_with_their_batch_and_can_be_awaited_again():
+    acc = accumulator(batch_size=100_000)
+    futures = [append(acc, b"v%d" % i)[1] for i in range(3)]
+    assert not futures[0].done() and not futures[0].cancelled()
+    with pytest.raises(asyncio.InvalidStateError):
+        futures[0].result()
+    # A caller that gives up waiting (a timeout, a cancelled task) leaves the others waiting.
+    given_up = asyncio.ensure_future(futures[0])
+    await asyncio.sleep(0)
+    given_up.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await given_up
+    later = asyncio.ensure_future(futures[1])
+    [batch] = acc.take_all()
+    error = KafkaAdminError.from_code(ErrorCode.not_enough_replicas, None, "t-0")
+    batch.fail(error)
+    batch.complete(7)  # the first outcome stands
+    for future in futures:
+        assert future.done() and future.exception() is error
+        for _ in range(2):
+            with pytest.raises(KafkaAdminError) as raised:
+                await future
+            assert raised.value is error
+    with pytest.raises(KafkaAdminError):
+        await later
+    # Each raise starts from the same traceback instead of growing it.
+    depths = []
+    for _ in range(3):
+        with pytest.raises(KafkaAdminError) as raised:
+            futures[2].result()
+        depths.append(len(traceback.extract_tb(raised.value.__traceback__)))
+    assert len(set(depths)) == 1
 
 
 async def test_queued_batches_expire_after_delivery_timeout():
