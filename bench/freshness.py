@@ -130,11 +130,13 @@ async def _consume(bootstrap: str, topic: str, group: str, mode: str, since: flo
 
 
 def _start(broker: Broker, topic: str, group: str, mode: str, since: float) -> subprocess.Popen:
+    # The client's log goes to a file: a pipe nobody reads would block the process once full.
+    log = open(broker.log_path.with_name(f"consumer-{mode}.log"), "a")  # noqa: SIM115
     return subprocess.Popen(
         [sys.executable, "-m", "bench.freshness", broker.bootstrap, topic, group, mode]
         + [repr(since)],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=log,
         text=True,
     )
 
@@ -150,8 +152,9 @@ def _one(broker: Broker, mode: str, backlog: int, plan: FreshnessPlan) -> dict:
         # Running and committing while the producer goes on; then a crash.
         deadline = time.monotonic() + plan.timeout_s
         while not _committed(broker, group, topic):
-            if time.monotonic() > deadline:
-                raise BrokerError(f"{mode}: the first consumer committed nothing")
+            if time.monotonic() > deadline or first.poll() is not None:
+                log = broker.log_path.with_name(f"consumer-{mode}.log").read_text()
+                raise BrokerError(f"{mode}: the first consumer committed nothing\n{log[-2000:]}")
             time.sleep(0.1)
         first.send_signal(signal.SIGKILL)
         first.wait()
@@ -159,12 +162,13 @@ def _one(broker: Broker, mode: str, backlog: int, plan: FreshnessPlan) -> dict:
         since = time.time()
         second = _start(broker, topic, group, mode, since)
         try:
-            out, err = second.communicate(timeout=plan.timeout_s)
+            out, _ = second.communicate(timeout=plan.timeout_s)
         except subprocess.TimeoutExpired:
             second.kill()
             raise BrokerError(f"{mode}, backlog {backlog}: no fresh data in time") from None
         if second.returncode != 0:
-            raise BrokerError(f"{mode} consumer failed:\n{err[-2000:]}")
+            log = broker.log_path.with_name(f"consumer-{mode}.log").read_text()
+            raise BrokerError(f"{mode} consumer failed:\n{log[-2000:]}")
         return json.loads(out.strip().splitlines()[-1])
     finally:
         producer.stopped.set()
