@@ -88,6 +88,8 @@ FENCED_COMMIT = frozenset(
 )
 # The longest a poll waits at a time, so that the poll timer and errors are looked at.
 _POLL_SLICE_S = 1.0
+# The longest polls go without letting the fetcher and connections run (see getmany).
+_TURN_INTERVAL_S = 0.001
 
 Offsets = Mapping[TopicPartition, OffsetAndMetadata | int]
 
@@ -130,6 +132,7 @@ class Consumer:
         self._auto_commit: asyncio.Task | None = None
         self._started = False
         self._closed = False
+        self._next_turn = 0.0
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -282,10 +285,13 @@ class Consumer:
         self._processed = self.subscriptions.consumed_offsets()
         if self.parallel is not None:
             self.parallel.before_poll()
-        # One turn of the event loop per poll: while records are buffered nothing below waits,
-        # and the fetcher would send the next fetch (and the connections read its response)
-        # only once every buffer ran dry, leaving the application idle while the broker works.
-        await asyncio.sleep(0)
+        # A turn of the event loop every millisecond of polls at least: while records are
+        # buffered nothing below waits, and the fetcher would send the next fetch (and the
+        # connections read its response) only once every buffer ran dry, leaving the
+        # application idle while the broker works. Not every poll: getone() is one per record.
+        if loop.time() >= self._next_turn:
+            await asyncio.sleep(0)
+            self._next_turn = loop.time() + _TURN_INTERVAL_S
         while True:
             if self.coordinator is not None:
                 self.coordinator.poll()

@@ -129,6 +129,7 @@ class BufferedFetch:
 
     position: int  # the offset the next record handed out must continue from
     records: CompletedFetch
+    node: int  # the broker it came from
 
 
 @dataclass
@@ -137,6 +138,8 @@ class _Plan:
         default_factory=lambda: defaultdict(dict)
     )
     unroutable: bool = False
+    # When a caught-up partition held back (see _plan) is to be fetched anyway.
+    held_until: float | None = None
 
 
 class Fetcher:
@@ -165,6 +168,10 @@ class Fetcher:
         self.sessions: dict[int, FetchSessionHandler] = {}
         self._completed: dict[TopicPartition, BufferedFetch] = {}
         self._in_flight: dict[int, set[TopicPartition]] = {}
+        # Where each partition's readable log ended at its last fetch, and since when a
+        # caught-up partition is held back.
+        self._log_end: dict[TopicPartition, int] = {}
+        self._held_since: dict[TopicPartition, float] = {}
         self._error: Exception | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -264,6 +271,14 @@ class Fetcher:
                 task.add_done_callback(self._node_tasks.discard)
             if backoff or plan.unroutable:
                 await self._sleep_unless_woken(self.client.retry_backoff_ms / 1000)
+            elif plan.held_until is not None:
+                # Not wait_for: on Python 3.11 it can swallow a cancellation that comes as the
+                # event is set, and close() would wait for this task forever.
+                timer = asyncio.get_running_loop().call_at(plan.held_until, self._wake.set)
+                try:
+                    await self._wake.wait()
+                finally:
+                    timer.cancel()
             else:
                 await self._wake.wait()
 
@@ -280,6 +295,17 @@ class Fetcher:
     async def _plan(self) -> _Plan:
         plan = _Plan()
         busy = set().union(*self._in_flight.values()) if self._in_flight else set()
+        # A caught-up partition (nothing past its position at its last fetch) fetched alone
+        # makes the broker wait up to fetch_max_wait_ms for data, and the node's next fetch for
+        # partitions whose records are being handed out waits behind it: it is held back to go
+        # with them once they drain, fetch_max_wait_ms at the most.
+        draining = {
+            fetch.node
+            for tp, fetch in self._completed.items()
+            if tp in self.subscriptions.partitions and not self.subscriptions.partitions[tp].paused
+        }
+        now = asyncio.get_running_loop().time()
+        max_wait = self.fetch_max_wait_ms / 1000
         for tp in self.subscriptions.fetchable():
             if tp in self._completed or tp in busy:
                 continue
@@ -293,6 +319,12 @@ class Fetcher:
             if leader in self._in_flight:
                 continue
             position = self.subscriptions.partitions[tp].position
+            if leader in draining and position >= self._log_end.get(tp, position + 1):
+                held_until = self._held_since.setdefault(tp, now) + max_wait
+                if now < held_until:
+                    plan.held_until = min(plan.held_until or held_until, held_until)
+                    continue
+            self._held_since.pop(tp, None)
             plan.by_node[leader][tp] = FetchTarget(
                 route.topic_id, position, self.max_partition_fetch_bytes
             )
@@ -315,7 +347,7 @@ class Fetcher:
                 if response.error_code not in SESSION_ERRORS:
                     await asyncio.sleep(self.client.retry_backoff_ms / 1000)
                 return
-            if self._handle_partitions(request, response):
+            if self._handle_partitions(node, request, response):
                 await asyncio.sleep(self.client.retry_backoff_ms / 1000)
         finally:
             self._in_flight.pop(node, None)
@@ -375,7 +407,7 @@ class Fetcher:
             rack_id="",
         )
 
-    def _handle_partitions(self, request: FetchRequestData, response: Any) -> bool:
+    def _handle_partitions(self, node: int, request: FetchRequestData, response: Any) -> bool:
         """Buffer what came; True when an error calls for a pause before the next fetch."""
         names = {t.topic_id: tp.topic for tp, t in request.session.items()}
         back_off = False
@@ -388,7 +420,9 @@ class Fetcher:
                 if target is None or state is None or state.position != target.fetch_offset:
                     continue  # revoked or sought elsewhere while the fetch was out
                 if p.error_code == ErrorCode.none:
-                    self._buffer(tp, target.fetch_offset, p)
+                    stable = self.isolation and p.last_stable_offset >= 0
+                    self._log_end[tp] = p.last_stable_offset if stable else p.high_watermark
+                    self._buffer(node, tp, target.fetch_offset, p)
                 elif p.error_code == ErrorCode.offset_out_of_range:
                     if self.subscriptions.default_reset_strategy == NONE:
                         self._fail(OffsetOutOfRangeError(tp, target.fetch_offset))
@@ -401,7 +435,7 @@ class Fetcher:
                     self._fail(KafkaAdminError.from_code(p.error_code, None, f"{tp[0]}-{tp[1]}"))
         return back_off
 
-    def _buffer(self, tp: TopicPartition, fetch_offset: int, data: Any) -> None:
+    def _buffer(self, node: int, tp: TopicPartition, fetch_offset: int, data: Any) -> None:
         records = CompletedFetch(
             tp.topic,
             tp.partition,
@@ -411,7 +445,7 @@ class Fetcher:
             self.isolation,
         )
         if not records.done:
-            self._completed[tp] = BufferedFetch(fetch_offset, records)
+            self._completed[tp] = BufferedFetch(fetch_offset, records, node)
             self.records_ready.set()
         elif records.error is not None:
             self._fail(records.error)
