@@ -26,9 +26,15 @@ from broker.client.producer.accumulator import ProducerBatch, RecordAccumulator
 from broker.client.producer.coordinator import CoordinatorRequests
 from broker.client.producer.transaction_manager import TransactionManager, TxnState, kafka_error
 from broker.client.routing import STALE_ROUTES, RoutingClient
+from broker.client.session import Session
 
 PRODUCE = 0
 log = logging.getLogger(__name__)
+
+
+# A Produce request's turn on its node's connection: the previous request's "written" future
+# (None for the first) and its own.
+_Turn = tuple[asyncio.Future[None] | None, asyncio.Future[None]]
 
 
 def now_ms() -> int:
@@ -55,6 +61,9 @@ class Sender:
         self._in_flight: dict[int, int] = defaultdict(int)  # node -> Produce requests
         self._in_flight_partitions: set[TopicPartition] = set()
         self._requests: set[asyncio.Task] = set()
+        # Per node, resolved once the Produce request drained last is on the wire: the next
+        # one waits for it (see _send).
+        self._written: dict[int, asyncio.Future[None]] = {}
         self._running = True
         self._task: asyncio.Task | None = None
         self._metadata_backoff_until = 0
@@ -188,14 +197,16 @@ class Sender:
         self._in_flight[node] += 1
         if self.config.max_in_flight_requests_per_connection == 1 and not self.txn.idempotent:
             self._in_flight_partitions.update(b.tp for b in batches)
-        task = asyncio.create_task(self._produce(node, batches))
+        turn = (self._written.get(node), self.loop.create_future())
+        self._written[node] = turn[1]
+        task = asyncio.create_task(self._produce(node, batches, turn))
         self._requests.add(task)
         task.add_done_callback(self._requests.discard)
 
-    async def _produce(self, node: int, batches: list[ProducerBatch]) -> None:
+    async def _produce(self, node: int, batches: list[ProducerBatch], turn: _Turn) -> None:
         try:
             try:
-                response = await self._send(node, batches)
+                response = await self._send(node, batches, turn)
             except (ConnectionClosed, OSError, TimeoutError, KafkaAdminError) as e:
                 code = e.code if isinstance(e, KafkaAdminError) else ErrorCode.network_exception
                 for batch in batches:
@@ -217,13 +228,40 @@ class Sender:
             self._in_flight_partitions.difference_update(b.tp for b in batches)
             self.wakeup()
 
-    async def _send(self, node: int, batches: list[ProducerBatch]) -> Any:
-        session = await self.client.session(node)
+    async def _send(self, node: int, batches: list[ProducerBatch], turn: _Turn) -> Any:
+        """Write the request once the one drained before it for the node is written (or has
+        failed), then wait for the answer. Requests waiting for a connection being opened are
+        let through one per loop turn while later ones find it open: without this turn, an
+        idempotent producer's later sequences could reach the broker first, which writes them
+        (a first write may start at any sequence) and refuses the earlier ones for good."""
+        previous, written = turn
+        try:
+            session = await self.client.session(node)
+            if previous is not None and not previous.done():
+                await asyncio.wait((previous,))
+            request = self._request(session, batches)
+            if self.config.acks == 0:
+                await session.connection.send_raw(request, expect_response=False)
+                return None
+            # The task's first step writes the request; tasks start in the order made.
+            answer = asyncio.ensure_future(session.send(request))
+        finally:
+            if not written.done():
+                written.set_result(None)
+        try:
+            return await asyncio.wait_for(answer, self.config.request_timeout_ms / 1000)
+        except TimeoutError:
+            # Answers come in order: whatever is behind a lost one is lost too, so the
+            # connection goes and every request on it is retried.
+            await session.close()
+            raise
+
+    def _request(self, session: Session, batches: list[ProducerBatch]) -> Any:
         transactional = self.txn.is_transactional
         by_topic: dict[str, list[ProducerBatch]] = defaultdict(list)
         for batch in batches:
             by_topic[batch.tp.topic].append(batch)
-        request = session.request(
+        return session.request(
             PRODUCE,
             "ProduceRequest",
             transactional_id=self.txn.transactional_id,
@@ -247,18 +285,6 @@ class Sender:
                 for topic, topic_batches in by_topic.items()
             ),
         )
-        if self.config.acks == 0:
-            await session.connection.send_raw(request, expect_response=False)
-            return None
-        try:
-            return await asyncio.wait_for(
-                session.send(request), self.config.request_timeout_ms / 1000
-            )
-        except TimeoutError:
-            # Answers come in order: whatever is behind a lost one is lost too, so the
-            # connection goes and every request on it is retried.
-            await session.close()
-            raise
 
     def _settle(
         self, batch: ProducerBatch, code: int | None, answer: Any, message: str | None

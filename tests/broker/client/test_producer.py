@@ -247,3 +247,25 @@ async def test_records_a_serializer_would_refuse_fail_at_send(broker_process):
 def test_bad_compression_type_is_refused():
     with pytest.raises(ValueError, match="compression.type"):
         Producer("127.0.0.1:9092", compression_type="brotli")
+
+
+async def test_requests_reach_the_broker_in_the_order_drained_while_connecting(broker_process):
+    """Requests drained while the connection to the leader is being opened are written in
+    the order drained: a new idempotent producer's later sequences must not reach the broker
+    first (it would write them, a first write may start at any sequence, and refuse the
+    earlier ones until they expire)."""
+    bootstrap = broker_process.bootstrap
+    topic = await create_topic(bootstrap, 3)
+    for round_ in range(30):
+        # Batches of one record, so that requests are drained while the connection opens.
+        async with Producer(
+            bootstrap, batch_size=1, request_timeout_ms=5_000, delivery_timeout_ms=10_000
+        ) as producer:
+            futures = [
+                await producer.send(topic, b"%d-%d" % (round_, i), partition=i % 3)
+                for i in range(30)
+            ]
+            metas = [await f for f in futures]  # none refused as out of order, none expired
+        for partition in range(3):
+            offsets = [m.offset for m in metas[partition::3]]
+            assert offsets == sorted(offsets)
