@@ -1,10 +1,11 @@
 """Records gathered into one batch per partition until the batch is full or has lingered,
 as Kafka's RecordAccumulator: a plain object the producer appends to and the sender drains.
 
-A batch keeps its records as given and counts an upper bound of their encoded size; they are
-encoded and compressed once, when the batch is drained, and framed again (header and CRC only)
-when a retry carries a new producer epoch or sequence. Memory is counted per batch against
-buffer.memory; the producer waits for room before it opens a batch past the limit."""
+A batch keeps its records as given (with their offset and timestamp deltas, as encode_records
+takes them) and counts an upper bound of their encoded size; they are encoded and compressed
+once, when the batch is drained, and framed again (header and CRC only) when a retry carries
+a new producer epoch or sequence. Memory is counted per batch against buffer.memory; the
+producer waits for room before it opens a batch past the limit."""
 
 from __future__ import annotations
 
@@ -17,15 +18,13 @@ from broker.client.models import TopicPartition
 from broker.client.producer.produce_result import FutureRecordMetadata, ProduceRequestResult
 from broker.records import compression as codecs
 from broker.records.batch import BATCH_HEADER_SIZE, frame_batch
-from broker.records.record import Header, encode_records
+from broker.records.record import Header, RecordFields, encode_records
 
 NO_SEQUENCE = -1
 # An upper bound of a record's framing in a v2 batch: varints for its length, deltas, key and
 # value lengths, header count; attributes; and per header its two length varints.
 RECORD_OVERHEAD = 36
 _HEADER_OVERHEAD = 10
-
-RecordInput = tuple[bytes | None, bytes | None, Sequence[Header], int]  # key, value, headers, ts
 
 
 def record_size(key: bytes | None, value: bytes | None, headers: Sequence[Header]) -> int:
@@ -43,7 +42,8 @@ class ProducerBatch:
     tp: TopicPartition
     created_ms: int
     capacity: int  # what the batch may grow to: batch.size, or one record larger than that
-    records: list[RecordInput] = field(default_factory=list)
+    records: list[RecordFields] = field(default_factory=list)
+    base_timestamp: int = 0  # the first record's
     result: ProduceRequestResult = field(init=False)
     estimated_size: int = BATCH_HEADER_SIZE
     max_timestamp: int = 0
@@ -62,10 +62,6 @@ class ProducerBatch:
     @property
     def count(self) -> int:
         return len(self.records)
-
-    @property
-    def base_timestamp(self) -> int:
-        return self.records[0][3]
 
     @property
     def size(self) -> int:
@@ -98,11 +94,13 @@ class ProducerBatch:
         size: int,
     ) -> bool:
         """Add the record (of `size`, see record_size) if it fits; a first one always does."""
-        if self.payload is not None or (
-            self.records and self.estimated_size + size > self.capacity
-        ):
+        records = self.records
+        if self.payload is not None or (records and self.estimated_size + size > self.capacity):
             return False
-        self.records.append((key, value, headers, timestamp_ms))
+        if not records:
+            self.base_timestamp = timestamp_ms
+        # Kept as encode_records takes them: no second tuple per record when encoding.
+        records.append((len(records), timestamp_ms - self.base_timestamp, key, value, headers, 0))
         self.estimated_size += size
         if timestamp_ms > self.max_timestamp:
             self.max_timestamp = timestamp_ms
@@ -110,15 +108,8 @@ class ProducerBatch:
 
     def close(self, compression: int) -> None:
         if self.payload is None:
-            base = self.base_timestamp
             body = bytearray()
-            encode_records(
-                body,
-                (
-                    (i, ts - base, key, value, headers, 0)
-                    for i, (key, value, headers, ts) in enumerate(self.records)
-                ),
-            )
+            encode_records(body, self.records)
             self.compression = compression
             self.payload = codecs.compress(compression, body)
 
@@ -147,8 +138,8 @@ class ProducerBatch:
 
     def last_future(self) -> FutureRecordMetadata:
         """What send() answers for the record appended last."""
-        index = len(self.records) - 1
-        return FutureRecordMetadata(self.result, index, self.records[index][3])
+        index, timestamp_delta = self.records[-1][:2]
+        return FutureRecordMetadata(self.result, index, self.base_timestamp + timestamp_delta)
 
     def complete(self, base_offset: int, log_append_time_ms: int = -1) -> None:
         """Settle every record as written; offset -1 when unknown (acks=0, an old duplicate)."""
@@ -309,8 +300,8 @@ class RecordAccumulator:
         sequence = batch.base_sequence
         for records in (batch.records[:half], batch.records[half:]):
             part = ProducerBatch(batch.tp, batch.created_ms, batch.capacity)
-            for key, value, headers, ts in records:
-                part.try_append(key, value, headers, ts, 0)
+            for _, timestamp_delta, key, value, headers, _ in records:
+                part.try_append(key, value, headers, batch.base_timestamp + timestamp_delta, 0)
             if batch.has_sequence:
                 part.set_producer_state(batch.producer_id, batch.producer_epoch, sequence)
                 sequence += part.count
