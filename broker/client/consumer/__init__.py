@@ -88,8 +88,6 @@ FENCED_COMMIT = frozenset(
 )
 # The longest a poll waits at a time, so that the poll timer and errors are looked at.
 _POLL_SLICE_S = 1.0
-# The longest polls go without letting the fetcher and connections run (see getmany).
-_TURN_INTERVAL_S = 0.001
 
 Offsets = Mapping[TopicPartition, OffsetAndMetadata | int]
 
@@ -132,7 +130,7 @@ class Consumer:
         self._auto_commit: asyncio.Task | None = None
         self._started = False
         self._closed = False
-        self._next_turn = 0.0
+        self._handed_out = 0  # records handed out since the event loop last turned in a poll
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -285,13 +283,14 @@ class Consumer:
         self._processed = self.subscriptions.consumed_offsets()
         if self.parallel is not None:
             self.parallel.before_poll()
-        # A turn of the event loop every millisecond of polls at least: while records are
-        # buffered nothing below waits, and the fetcher would send the next fetch (and the
-        # connections read its response) only once every buffer ran dry, leaving the
-        # application idle while the broker works. Not every poll: getone() is one per record.
-        if loop.time() >= self._next_turn:
+        # A turn of the event loop for every max_poll_records records handed out: while
+        # records are buffered nothing below waits, and the fetcher would send the next fetch
+        # (and the connections read its response, a turn per chunk) only once every buffer ran
+        # dry, leaving the application idle while the broker works. Not every poll: getone()
+        # is one per record.
+        if self._handed_out >= self.config.max_poll_records:
+            self._handed_out = 0
             await asyncio.sleep(0)
-            self._next_turn = loop.time() + _TURN_INTERVAL_S
         while True:
             if self.coordinator is not None:
                 self.coordinator.poll()
@@ -301,6 +300,7 @@ class Consumer:
             if self.parallel is not None:
                 self.parallel.after_drain(records)
             if records:
+                self._handed_out += sum(map(len, records.values()))
                 return records
             remaining = deadline - loop.time()
             if remaining <= 0:
