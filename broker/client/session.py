@@ -61,15 +61,17 @@ def client_versions(api_key: int) -> range:
 
 
 @cache
-def _field_names(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(cls))
+def _request_class(api_key: int, version: int, class_name: str) -> tuple[type, frozenset[str]]:
+    """The class and its field names, looked up once: kio's module lookup costs several
+    times the entity itself, and a producer builds a few entities per Produce request."""
+    cls = getattr(load_payload_module(api_key, version, EntityType.request), class_name)
+    return cls, frozenset(f.name for f in dataclasses.fields(cls))
 
 
 def entity(api_key: int, version: int, class_name: str, **fields: Any) -> Any:
     """A kio request entity of that version, from fields named as in the newest one: fields
     the version does not have are left out."""
-    cls = getattr(load_payload_module(api_key, version, EntityType.request), class_name)
-    names = _field_names(cls)
+    cls, names = _request_class(api_key, version, class_name)
     return cls(**{k: v for k, v in fields.items() if k in names})
 
 

@@ -138,8 +138,8 @@ class ProducerBatch:
 
     def last_future(self) -> FutureRecordMetadata:
         """What send() answers for the record appended last."""
-        index, timestamp_delta = self.records[-1][:2]
-        return FutureRecordMetadata(self.result, index, self.base_timestamp + timestamp_delta)
+        record = self.records[-1]
+        return FutureRecordMetadata(self.result, record[0], self.base_timestamp + record[1])
 
     def complete(self, base_offset: int, log_append_time_ms: int = -1) -> None:
         """Settle every record as written; offset -1 when unknown (acks=0, an old duplicate)."""
