@@ -21,6 +21,7 @@ from broker.records.batch import BATCH_HEADER_SIZE, frame_batch
 from broker.records.record import Header, RecordFields, encode_records
 
 NO_SEQUENCE = -1
+_NEVER = 2**63  # a creation time later than any
 # An upper bound of a record's framing in a v2 batch: varints for its length, deltas, key and
 # value lengths, header count; attributes; and per header its two length varints.
 RECORD_OVERHEAD = 36
@@ -172,6 +173,9 @@ class RecordAccumulator:
         self.flushes_in_progress = 0
         self.closing = False
         self.waiting_for_memory = 0  # producers blocked in send(): drain what lingers
+        # At most the creation time of every queued batch: expire() looks through the queues
+        # (thousands of batches when the broker falls behind) only once one may be due.
+        self._oldest_created_ms = _NEVER
 
     # -- appending ---------------------------------------------------------------------------
 
@@ -210,6 +214,7 @@ class RecordAccumulator:
         batch.try_append(key, value, headers, timestamp_ms, size)
         self._add(batch)
         self.batches.setdefault(tp, deque()).append(batch)
+        self._oldest_created_ms = min(self._oldest_created_ms, now_ms)
         return batch
 
     def _add(self, batch: ProducerBatch) -> None:
@@ -283,6 +288,7 @@ class RecordAccumulator:
         self._insert(batch)
 
     def _insert(self, batch: ProducerBatch) -> None:
+        self._oldest_created_ms = min(self._oldest_created_ms, batch.created_ms)
         queue = self.batches.setdefault(batch.tp, deque())
         position = 0
         if batch.has_sequence:
@@ -325,6 +331,8 @@ class RecordAccumulator:
     def expire(self, now_ms: int, delivery_timeout_ms: int) -> list[ProducerBatch]:
         """Queued batches older than delivery.timeout.ms, taken out."""
         expired: list[ProducerBatch] = []
+        if now_ms - self._oldest_created_ms < delivery_timeout_ms:
+            return expired
         for tp in list(self.batches):
             queue = self.batches[tp]
             kept = deque(b for b in queue if now_ms - b.created_ms < delivery_timeout_ms)
@@ -333,6 +341,7 @@ class RecordAccumulator:
                 self.batches[tp] = kept
             else:
                 del self.batches[tp]
+        self._oldest_created_ms = min((b.created_ms for b in self.queued()), default=_NEVER)
         return expired
 
     def take_all(self) -> list[ProducerBatch]:

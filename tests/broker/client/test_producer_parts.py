@@ -188,6 +188,11 @@ async def test_queued_batches_expire_after_delivery_timeout():
     new, _ = append(acc, b"x" * 900, now=50)
     assert acc.expire(60, delivery_timeout_ms=30) == [old]
     assert list(acc.batches[TP]) == [new]
+    # One sent, then put back for a retry, expires by its creation time too.
+    [sent] = acc.drain([TP], 10_000, 60, always)
+    assert acc.expire(85, delivery_timeout_ms=30) == [] and not acc.batches
+    acc.reenqueue(sent, now_ms=85)
+    assert acc.expire(90, delivery_timeout_ms=30) == [sent]
 
 
 def test_keyed_records_hash_and_keyless_ones_stick_until_a_new_batch():
