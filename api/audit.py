@@ -48,13 +48,22 @@ def note_config_changes(
 def redacted(value: Any) -> Any:
     if isinstance(value, dict):
         return {
-            k: "***" if str(k).lower() in SECRET_FIELDS else redacted(v) for k, v in value.items()
+            storable(str(k)): "***" if str(k).lower() in SECRET_FIELDS else redacted(v)
+            for k, v in value.items()
         }
     if isinstance(value, list | tuple):
         return [redacted(v) for v in value]
-    if isinstance(value, str | int | float | bool) or value is None:
+    if isinstance(value, str):
+        return storable(value)
+    if isinstance(value, int | float | bool) or value is None:
         return value
-    return str(value)
+    return storable(str(value))
+
+
+def storable(text: str) -> str:
+    """PostgreSQL's jsonb refuses NUL characters, which a request may carry: the log keeps
+    U+FFFD in their place."""
+    return text.replace("\x00", "\ufffd")
 
 
 def _resource(request: HttpRequest) -> str:
