@@ -200,12 +200,7 @@ class Fetcher:
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Up to `max_records` buffered records (of the `only` partitions, if given), moving
         the positions past them. Raises the error a fetch met (offset out of range with
-        auto_offset_reset=none, authorization).
-
-        A partition's records go out until its fetch is used up, as with Kafka's next-in-line
-        fetch: its next fetch is then under way while the other partitions' records are handed
-        out, where taking turns would empty every buffer at once and leave the application
-        waiting for the broker."""
+        auto_offset_reset=none, authorization)."""
         if self._error is not None:
             error, self._error = self._error, None
             raise error
@@ -237,6 +232,9 @@ class Fetcher:
                     fetch.position = min(fetch.position, max(state.stop_offset, state.position))
                 del self._completed[tp]
                 self._wake.set()
+            else:
+                # Round robin: a partition handed out goes to the back of the line.
+                self._completed[tp] = self._completed.pop(tp)
             last_epoch = records[-1].leader_epoch if records else -1
             self.subscriptions.advance(tp, fetch.position, last_epoch)
         return out
