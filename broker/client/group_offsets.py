@@ -1,25 +1,54 @@
 """OffsetCommit and OffsetFetch as the admin client and the consumer send them: one builder
 for each, whoever commits (a member fenced by its generation or member epoch, or an admin
-with generation -1 and no member id)."""
+with generation -1 and no member id); the committed topics are built alike for the
+producer's TxnOffsetCommit."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from broker.client.errors import check
 from broker.client.models import OffsetAndMetadata, TopicPartition
 from broker.client.session import Session
 
 OFFSET_COMMIT, OFFSET_FETCH = 8, 9
+T = TypeVar("T")
 
 
-def _by_topic(items: Iterable[tuple[TopicPartition, Any]]) -> dict[str, list[tuple[int, Any]]]:
-    topics: dict[str, list[tuple[int, Any]]] = defaultdict(list)
+def by_topic(items: Iterable[tuple[TopicPartition, T]]) -> dict[str, list[tuple[int, T]]]:
+    """Per-partition values grouped by topic, in order, as requests list them."""
+    topics: dict[str, list[tuple[int, T]]] = defaultdict(list)
     for (topic, partition), value in sorted(items):
         topics[topic].append((partition, value))
     return topics
+
+
+def committed_topics(
+    session: Session, api_key: int, prefix: str, offsets: Mapping[TopicPartition, OffsetAndMetadata]
+) -> tuple:
+    """The topics of an OffsetCommit or a TxnOffsetCommit (`prefix` names their entity
+    classes, whose fields are the same)."""
+    return tuple(
+        session.request(
+            api_key,
+            f"{prefix}Topic",
+            name=topic,
+            partitions=tuple(
+                session.request(
+                    api_key,
+                    f"{prefix}Partition",
+                    partition_index=p,
+                    committed_offset=om.offset,
+                    committed_leader_epoch=om.leader_epoch,
+                    committed_metadata=om.metadata,
+                )
+                for p, om in partitions
+            ),
+        )
+        for topic, partitions in by_topic(offsets.items()).items()
+    )
 
 
 def offset_commit_request(
@@ -39,25 +68,7 @@ def offset_commit_request(
         member_id=member_id,
         group_instance_id=group_instance_id,
         retention_time_ms=-1,
-        topics=tuple(
-            session.request(
-                OFFSET_COMMIT,
-                "OffsetCommitRequestTopic",
-                name=topic,
-                partitions=tuple(
-                    session.request(
-                        OFFSET_COMMIT,
-                        "OffsetCommitRequestPartition",
-                        partition_index=p,
-                        committed_offset=om.offset,
-                        committed_leader_epoch=om.leader_epoch,
-                        committed_metadata=om.metadata,
-                    )
-                    for p, om in partitions
-                ),
-            )
-            for topic, partitions in _by_topic(offsets.items()).items()
-        ),
+        topics=committed_topics(session, OFFSET_COMMIT, "OffsetCommitRequest", offsets),
     )
 
 
@@ -74,7 +85,7 @@ def offset_fetch_request(
                 name=topic,
                 partition_indexes=tuple(p for p, _ in ps),
             )
-            for topic, ps in _by_topic((tp, None) for tp in partitions).items()
+            for topic, ps in by_topic((tp, None) for tp in partitions).items()
         )
     return session.request(
         OFFSET_FETCH,

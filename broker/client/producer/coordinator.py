@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from broker.client.cluster import GROUP_KEY, TRANSACTION_KEY
 from broker.client.connection import ConnectionClosed
 from broker.client.errors import KafkaAdminError, KafkaTimeoutError
+from broker.client.group_offsets import by_topic, committed_topics
 from broker.client.models import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from broker.client.producer.transaction_manager import (
     NO_PRODUCER_EPOCH,
@@ -44,7 +44,6 @@ _MOVED = frozenset(
     {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available, ErrorCode.network_exception}
 )
 
-T = TypeVar("T")
 
 # How to read one answer: its error code and message (NONE when it is a success).
 Outcome = Callable[[Any], tuple[int, str | None]]
@@ -72,13 +71,6 @@ def _first_partition_error(topics: Iterable[Any], partitions: str, code: str) ->
         return first, ", ".join(failed) or None
 
     return outcome
-
-
-def _by_topic(items: Iterable[tuple[TopicPartition, T]]) -> dict[str, list[tuple[int, T]]]:
-    grouped: dict[str, list[tuple[int, T]]] = defaultdict(list)
-    for (topic, partition), item in sorted(items):
-        grouped[topic].append((partition, item))
-    return grouped
 
 
 class CoordinatorRequests:
@@ -165,7 +157,7 @@ class CoordinatorRequests:
 
     async def add_partitions(self, tps: set[TopicPartition]) -> None:
         txn = self.txn
-        by_topic = _by_topic((tp, None) for tp in tps)
+        grouped = by_topic((tp, None) for tp in tps)
 
         def build(session: Any) -> Any:
             return session.request(
@@ -181,7 +173,7 @@ class CoordinatorRequests:
                         name=topic,
                         partitions=tuple(p for p, _ in ps),
                     )
-                    for topic, ps in by_topic.items()
+                    for topic, ps in grouped.items()
                 ),
             )
 
@@ -203,7 +195,6 @@ class CoordinatorRequests:
             ADD_OFFSETS_TO_TXN, "AddOffsetsToTxnRequest", group_id=group.group_id
         )
         txn.transaction_started = True
-        by_topic = _by_topic(offsets.items())
 
         def build(session: Any) -> Any:
             return session.request(
@@ -216,24 +207,8 @@ class CoordinatorRequests:
                 generation_id=group.generation_id,
                 member_id=group.member_id,
                 group_instance_id=group.group_instance_id,
-                topics=tuple(
-                    session.request(
-                        TXN_OFFSET_COMMIT,
-                        "TxnOffsetCommitRequestTopic",
-                        name=topic,
-                        partitions=tuple(
-                            session.request(
-                                TXN_OFFSET_COMMIT,
-                                "TxnOffsetCommitRequestPartition",
-                                partition_index=p,
-                                committed_offset=o.offset,
-                                committed_leader_epoch=o.leader_epoch,
-                                committed_metadata=o.metadata,
-                            )
-                            for p, o in partitions
-                        ),
-                    )
-                    for topic, partitions in by_topic.items()
+                topics=committed_topics(
+                    session, TXN_OFFSET_COMMIT, "TxnOffsetCommitRequest", offsets
                 ),
             )
 
