@@ -24,7 +24,7 @@ from broker.client.errors import CommitFailedError
 COMMIT_EVERY = 200
 # The application's processing cost: at most this many records a second, so that a backlog
 # takes a while to work through and the test can kill the process while gaps are open.
-PROCESS_RATE = 1000
+PROCESS_RATE = 600
 
 
 async def consume(bootstrap: str, topic: str, group: str, protocol: str, path: str) -> None:

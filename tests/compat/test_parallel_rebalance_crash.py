@@ -34,7 +34,7 @@ from broker.client.models import TopicPartition as TP
 
 PARTITIONS = 2
 KILLS = 30 if os.environ.get("FJORD_SOAK") else 3
-RATE = 400  # records/s, over both partitions (the worker processes up to 1000/s)
+RATE = 400  # records/s, over both partitions (the worker processes up to 600/s)
 PROGRESS = 200  # records processed by each worker before it may be killed
 WORKER = Path(__file__).resolve().parent / "parallel_consumer_worker.py"
 
