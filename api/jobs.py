@@ -43,6 +43,10 @@ def run(job_id: str) -> None:
         fail(job, "{kafka_error}: {detail}".format(**kafka_error_body(e)))
     except (BrokerUnavailable, TimeoutError, OSError, ValueError) as e:
         fail(job, str(e) or type(e).__name__)
+    except Exception as e:
+        # A bug, not an outcome: the job is not left RUNNING forever, and the worker logs it.
+        fail(job, f"internal error: {type(e).__name__}: {e}")
+        raise
     else:
         Job.objects.filter(pk=job.pk).update(
             state=Job.State.SUCCEEDED, result=result, finished_at=timezone.now()

@@ -5,7 +5,6 @@ Producer with a bounded number of records awaiting acknowledgement, counting wha
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import json
@@ -16,7 +15,7 @@ from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from broker.client import AdminClient, KafkaAdminError, Producer
+from broker.client import AdminClient, FutureRecordMetadata, KafkaAdminError, Producer
 from broker.client.options import INT32_MAX
 from broker.records.record import Header
 
@@ -111,11 +110,11 @@ class Deliveries:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.pending: deque[tuple[int, asyncio.Future[Any]]] = deque()
+        self.pending: deque[tuple[int, FutureRecordMetadata]] = deque()
         self.written = 0
         self.failed_line: int | None = None
 
-    async def add(self, line: int, queued: Awaitable[asyncio.Future[Any]]) -> None:
+    async def add(self, line: int, queued: Awaitable[FutureRecordMetadata]) -> None:
         """`queued`: Producer.send's answer for the record of `line`."""
         with self._failing_at(line):
             future = await queued

@@ -14,4 +14,5 @@ from broker.client.models import RecordMetadata as RecordMetadata
 from broker.client.models import TopicPartition as TopicPartition
 from broker.client.options import ConfigError as ConfigError
 from broker.client.producer import Producer as Producer
+from broker.client.producer.produce_result import FutureRecordMetadata as FutureRecordMetadata
 from broker.client.session import Security as Security

@@ -109,6 +109,20 @@ def test_export_job_writes_committed_records_to_a_downloadable_file(
 
 
 @pytest.mark.django_db
+def test_a_job_that_breaks_is_failed_not_left_running(broker_settings, operator):
+    # Parameters the API would have refused, written straight to the table.
+    job = Job.objects.create(kind=Job.Kind.RESET_OFFSETS, params={}, created_by=operator)
+
+    with pytest.raises(KeyError):
+        jobs.run(str(job.pk))
+
+    job.refresh_from_db()
+    assert job.state == Job.State.FAILED
+    assert job.error == "internal error: KeyError: 'group_id'"
+    assert job.finished_at is not None
+
+
+@pytest.mark.django_db
 def test_a_failed_job_keeps_the_kafka_error(broker_settings, operator):
     job = Job.objects.create(
         kind=Job.Kind.EXPORT_TOPIC, params={"topic": "no-such-topic-here"}, created_by=operator
