@@ -11,6 +11,7 @@ polls, they die young.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import sys
 from collections.abc import Iterator, Sequence
@@ -79,6 +80,15 @@ class CompletedFetch:
         self.error: KafkaAdminError | None = None
         self.done = False
         self._load()
+
+    @functools.cached_property
+    def end_offset(self) -> int:
+        """Where the next fetch starts once every entry is handed out, read from the entries'
+        headers without decoding them (a fetch sent ahead of this one starts there)."""
+        end = self.fetch_offset
+        for _, header in iter_batches(self._raw):
+            end = max(end, header.next_offset)
+        return end
 
     def take(self, max_records: int) -> list[ConsumerRecord]:
         """Up to `max_records` records. A corrupt entry ends them (`error` says why); it is

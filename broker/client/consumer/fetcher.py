@@ -8,8 +8,11 @@ longer knows (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH) or any fa
 to a full fetch.
 
 `Fetcher` is the asyncio half: one fetch in flight per node for the partitions that have a
-position, are not paused and have nothing buffered (so a partition's records are fetched once
-and handed out in order), as Kafka's consumer does. Positions live in the `SubscriptionState`;
+position and are not paused, as Kafka's consumer does, and one fetch ahead, as librdkafka
+prefetches: a partition whose fetched records are being handed out is fetched again from where
+they end, so that the next ones are there when they run out (at most two fetches buffered a
+partition; none ahead of a caught-up partition, whose fetch would wait on the broker for new
+data). Records are handed out once and in order. Positions live in the `SubscriptionState`;
 a fetcher of its own (own client, own connections and sessions) over a state holding explicit
 [start, stop) ranges reads just those, and several fetchers may share one `records_ready` event
 to feed one iteration.
@@ -167,6 +170,8 @@ class Fetcher:
         self.records_ready = records_ready or asyncio.Event()
         self.sessions: dict[int, FetchSessionHandler] = {}
         self._completed: dict[TopicPartition, BufferedFetch] = {}
+        # The fetch after each partition's buffered one, from where that one ends.
+        self._ahead: dict[TopicPartition, BufferedFetch] = {}
         self._in_flight: dict[int, set[TopicPartition]] = {}
         # Where each partition's readable log ended at its last fetch, and since when a
         # caught-up partition is held back.
@@ -212,7 +217,7 @@ class Fetcher:
             fetch = self._completed[tp]
             state = self.subscriptions.partitions.get(tp)
             if state is None or state.position != fetch.position:
-                del self._completed[tp]  # revoked, or sought elsewhere since it was fetched
+                self.forget_buffered(tp)  # revoked, or sought elsewhere since it was fetched
                 self._wake.set()
                 continue
             if state.paused or (only is not None and tp not in only):
@@ -231,6 +236,7 @@ class Fetcher:
                 if state.stop_offset is not None:
                     fetch.position = min(fetch.position, max(state.stop_offset, state.position))
                 del self._completed[tp]
+                self._promote_ahead(tp, fetch)
                 self._wake.set()
             else:
                 # Round robin: a partition handed out goes to the back of the line.
@@ -239,12 +245,27 @@ class Fetcher:
             self.subscriptions.advance(tp, fetch.position, last_epoch)
         return out
 
+    def _promote_ahead(self, tp: TopicPartition, done: BufferedFetch) -> None:
+        """`tp`'s buffered records are all handed out: the fetch ahead takes their place, unless
+        they ended short of it (at a corrupt entry, or at the range's stop). One that came
+        with nothing to hand out moves the position past what it skipped (control batches,
+        aborted data); one that failed is fetched again, and meets its error, as any fetch."""
+        ahead = self._ahead.pop(tp, None)
+        if ahead is None or ahead.position != done.position:
+            return
+        if not ahead.records.done:
+            self._completed[tp] = ahead
+            self.records_ready.set()
+        elif ahead.records.error is None:
+            done.position = max(done.position, ahead.records.next_offset)
+
     def has_buffered(self) -> bool:
         paused = self.subscriptions.paused()
         return self._error is not None or any(tp not in paused for tp in self._completed)
 
     def forget_buffered(self, tp: TopicPartition) -> None:
         self._completed.pop(tp, None)
+        self._ahead.pop(tp, None)
 
     # -- the fetch loop ---------------------------------------------------------------------
 
@@ -305,8 +326,14 @@ class Fetcher:
         now = asyncio.get_running_loop().time()
         max_wait = self.fetch_max_wait_ms / 1000
         for tp in self.subscriptions.fetchable():
-            if tp in self._completed or tp in busy:
+            if tp in busy or tp in self._ahead:
                 continue
+            position = self.subscriptions.partitions[tp].position
+            buffered = self._completed.get(tp)
+            if buffered is not None:
+                position = self._fetch_ahead_offset(tp, buffered, position)
+                if position is None:
+                    continue
             try:
                 route, leader = await self.client.leader(*tp)
             except KafkaAdminError as e:
@@ -316,7 +343,6 @@ class Fetcher:
                 continue
             if leader in self._in_flight:
                 continue
-            position = self.subscriptions.partitions[tp].position
             if leader in draining and position >= self._log_end.get(tp, position + 1):
                 held_until = self._held_since.setdefault(tp, now) + max_wait
                 if now < held_until:
@@ -327,6 +353,20 @@ class Fetcher:
                 route.topic_id, position, self.max_partition_fetch_bytes
             )
         return plan
+
+    def _fetch_ahead_offset(
+        self, tp: TopicPartition, buffered: BufferedFetch, position: int
+    ) -> int | None:
+        """Where the fetch ahead of `tp`'s buffered records starts; None for no fetch ahead: the
+        records are stale (dropped at the next drain), they reached the log end or the range's
+        stop as of their fetch."""
+        if buffered.position != position:
+            return None
+        end = buffered.records.end_offset
+        stop = self.subscriptions.partitions[tp].stop_offset
+        if end >= self._log_end.get(tp, end) or (stop is not None and end >= stop):
+            return None
+        return end
 
     async def _fetch_from(self, node: int, targets: dict[TopicPartition, FetchTarget]) -> None:
         handler = self.sessions.setdefault(node, FetchSessionHandler())
@@ -415,25 +455,40 @@ class Fetcher:
                 tp = TopicPartition(topic, p.partition_index)
                 target = request.session.get(tp)
                 state = self.subscriptions.partitions.get(tp)
-                if target is None or state is None or state.position != target.fetch_offset:
-                    continue  # revoked or sought elsewhere while the fetch was out
+                if target is None or state is None:
+                    continue  # revoked while the fetch was out
+                buffered = self._completed.get(tp)
+                ahead = (
+                    buffered is not None
+                    and buffered.position == state.position
+                    and buffered.records.end_offset == target.fetch_offset
+                )
+                if not ahead and state.position != target.fetch_offset:
+                    continue  # sought elsewhere while the fetch was out
                 if p.error_code == ErrorCode.none:
                     stable = self.isolation and p.last_stable_offset >= 0
                     self._log_end[tp] = p.last_stable_offset if stable else p.high_watermark
-                    self._buffer(node, tp, target.fetch_offset, p)
+                    self._buffer(node, tp, target.fetch_offset, p, ahead)
+                elif p.error_code in ROUTING_ERRORS:
+                    self.client.forget_route(tp.topic, KafkaAdminError.from_code(p.error_code))
+                    back_off = True
+                elif ahead:
+                    # Not fetched ahead again: fetched, and the error met and handled, once the
+                    # buffered records are handed out.
+                    nothing = CompletedFetch(*tp, target.fetch_offset, b"", None, self.isolation)
+                    self._ahead[tp] = BufferedFetch(target.fetch_offset, nothing, node)
                 elif p.error_code == ErrorCode.offset_out_of_range:
                     if self.subscriptions.default_reset_strategy == NONE:
                         self._fail(OffsetOutOfRangeError(tp, target.fetch_offset))
                     else:
                         self.subscriptions.request_reset(tp)
-                elif p.error_code in ROUTING_ERRORS:
-                    self.client.forget_route(tp.topic, KafkaAdminError.from_code(p.error_code))
-                    back_off = True
                 else:
                     self._fail(KafkaAdminError.from_code(p.error_code, None, f"{tp[0]}-{tp[1]}"))
         return back_off
 
-    def _buffer(self, node: int, tp: TopicPartition, fetch_offset: int, data: Any) -> None:
+    def _buffer(
+        self, node: int, tp: TopicPartition, fetch_offset: int, data: Any, ahead: bool
+    ) -> None:
         records = CompletedFetch(
             tp.topic,
             tp.partition,
@@ -442,7 +497,9 @@ class Fetcher:
             data.aborted_transactions,
             self.isolation,
         )
-        if not records.done:
+        if ahead:
+            self._ahead[tp] = BufferedFetch(fetch_offset, records, node)
+        elif not records.done:
             self._completed[tp] = BufferedFetch(fetch_offset, records, node)
             self.records_ready.set()
         elif records.error is not None:

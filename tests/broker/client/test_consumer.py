@@ -181,6 +181,83 @@ async def test_read_committed_skips_aborted_transactions(bootstrap):
         assert await rc.getmany(timeout_ms=100) == {}
 
 
+async def read_fetched_ahead(consumer: Consumer, count: int) -> list:
+    """`read`, letting every fetch ahead come in before each poll: the records handed out
+    then always continue from a fetch made ahead of the ones before."""
+    fetcher = consumer.fetcher
+
+    def fetched_ahead(tp: TP) -> bool:
+        position = consumer.subscriptions.state(tp).position
+        if position is None or position >= fetcher._log_end.get(tp, position + 1):
+            return True  # set by the next poll, or read to the end
+        buffered = fetcher._completed.get(tp)
+        return buffered is not None and (
+            tp in fetcher._ahead or fetcher._fetch_ahead_offset(tp, buffered, position) is None
+        )
+
+    records: list = []
+    deadline = time.monotonic() + 30
+    while len(records) < count:
+        while not all(map(fetched_ahead, consumer.assignment())):  # polled closely: it is quick
+            assert time.monotonic() < deadline, f"read {len(records)} of {count}"
+            await asyncio.sleep(0.001)
+        for batch in (await consumer.getmany(timeout_ms=200)).values():
+            records += batch
+    return records
+
+
+async def test_small_fetches_fetched_ahead_give_every_record_once_in_order(bootstrap):
+    # Batches of 10 records, fetches of about one batch a partition: every partition is fetched
+    # ahead of what is being handed out many times over, and sought back in the middle.
+    topic = await create_topic(bootstrap, partitions=2)
+    produce(bootstrap, topic, 2000, partitions=2, batch_num_messages=10)
+    t0, t1 = TP(topic, 0), TP(topic, 1)
+    small = {"max_partition_fetch_bytes": 300, "max_poll_records": 15}
+    async with Consumer(bootstrap, auto_offset_reset="earliest", **small) as c:
+        c.assign([t0, t1])
+        first = await read_fetched_ahead(c, 600)
+        seen_before_seek = [r.offset for r in first if r.partition == 0]
+        c.seek(t0, 100)
+        rest = await read_fetched_ahead(c, 1000 - (600 - len(seen_before_seek)) + 900)
+        assert await c.getmany(timeout_ms=200) == {}
+    by_partition = {0: [], 1: []}
+    for r in first + rest:
+        by_partition[r.partition].append(r.offset)
+    assert by_partition[1] == list(range(1000))
+    assert by_partition[0] == seen_before_seek + list(range(100, 1000))
+    assert all(r.value == b"v%d" % (2 * r.offset + r.partition) for r in first + rest)
+
+
+async def test_read_committed_over_many_small_fetches(bootstrap):
+    topic = await create_topic(bootstrap)
+    txn = ConfluentProducer(
+        {"bootstrap.servers": bootstrap, "transactional.id": name("tx"), "linger.ms": 0}
+    )
+    txn.init_transactions(30)
+    for t in range(20):
+        txn.begin_transaction()
+        for i in range(10):  # a batch each: fetches of two or three end anywhere
+            txn.produce(topic, f"{t}-{i}".encode(), partition=0)
+            assert txn.flush(30) == 0
+        if t % 2:
+            txn.abort_transaction(30)
+        else:
+            txn.commit_transaction(30)
+    async with Consumer(
+        bootstrap,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        max_partition_fetch_bytes=200,
+        max_poll_records=3,
+    ) as rc:
+        rc.assign([TP(topic, 0)])
+        records = await read_fetched_ahead(rc, 100)
+        assert [r.value for r in records] == [
+            f"{t}-{i}".encode() for t in range(0, 20, 2) for i in range(10)
+        ]
+        assert await rc.getmany(timeout_ms=200) == {}
+
+
 async def test_positions_seeks_pauses_and_offset_lookups(bootstrap):
     topic = await create_topic(bootstrap, partitions=2)
     produce(bootstrap, topic, 20, partitions=2)
