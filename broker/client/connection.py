@@ -3,43 +3,140 @@
 from __future__ import annotations
 
 import asyncio
+import ssl as ssl_module
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from broker.protocol import codec
 
 _SIZE = struct.Struct(">i")
+# Responses that fit are read through this buffer, many at a time; a larger one (a fetch of
+# megabytes) is read by the kernel straight into a buffer of its own size.
+STAGE_SIZE = 64 * 1024
 
 
 class ConnectionClosed(ConnectionError):
     pass
 
 
+class ResponseFrames(asyncio.BufferedProtocol):
+    """The transport's side of a connection: size-prefixed frames handed to `on_frame` as they
+    complete. A fetch response of a few megabytes is read by the kernel straight into the
+    buffer handed on (the decoder copies out what it keeps), where a stream reader copies
+    it four times (into the loop's buffer, a bytes object, the reader's buffer, and out
+    again)."""
+
+    def __init__(self, on_frame: Callable[[bytes | memoryview], None]) -> None:
+        self._on_frame = on_frame
+        self._stage = bytearray(STAGE_SIZE)
+        self._staged = 0
+        self._frame: memoryview | None = None  # a large frame being read, and how far
+        self._filled = 0
+        self.transport: asyncio.Transport | None = None
+        self.closed = asyncio.get_running_loop().create_future()
+        self._writable = asyncio.Event()
+        self._writable.set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame is not None:
+            return self._frame[self._filled :]
+        return memoryview(self._stage)[self._staged :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._frame is not None:
+            self._filled += nbytes
+            if self._filled == len(self._frame):
+                frame, self._frame = self._frame, None
+                self._on_frame(frame.toreadonly())
+            return
+        self._staged += nbytes
+        stage, pos = self._stage, 0
+        while self._staged - pos >= 4:
+            size = _SIZE.unpack_from(stage, pos)[0]
+            start = pos + 4
+            if size < 0:
+                self.transport.abort()  # not Kafka: nothing after it can be framed
+                return
+            if start + size <= self._staged:
+                self._on_frame(bytes(memoryview(stage)[start : start + size]))
+                pos = start + size
+            elif 4 + size > STAGE_SIZE:
+                frame = bytearray(size)
+                self._filled = self._staged - start
+                frame[: self._filled] = stage[start : self._staged]
+                self._frame = memoryview(frame)
+                pos = self._staged
+                break
+            else:
+                break
+        # What is left is the start of the next frame: moved to the front (a few bytes).
+        stage[: self._staged - pos] = stage[pos : self._staged]
+        self._staged -= pos
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self._writable.set()  # a waiting writer finds the connection closed
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    async def drain(self) -> None:
+        """Wait while the transport's write buffer is over its high-water mark."""
+        if not self._writable.is_set():
+            await self._writable.wait()
+        if self.closed.done():
+            raise ConnectionClosed("connection is closed")
+
+
 class BrokerConnection:
     """Requests may be sent concurrently; responses are matched to them in order, as the Kafka
     protocol guarantees."""
 
-    def __init__(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_id: str
-    ) -> None:
-        self._reader = reader
-        self._writer = writer
+    def __init__(self, frames: ResponseFrames, client_id: str) -> None:
+        self._frames = frames
+        self._transport = frames.transport
         self._client_id = client_id
         self._next_correlation_id = 0
         self._pending: dict[int, tuple[asyncio.Future, int, int]] = {}
-        self._reader_task = asyncio.create_task(self._read_responses())
+        frames.closed.add_done_callback(self._fail_pending)
 
     @classmethod
-    async def open(cls, host: str, port: int, client_id: str = "fjord-client") -> BrokerConnection:
-        reader, writer = await asyncio.open_connection(host, port)
-        return cls(reader, writer, client_id)
+    async def open(
+        cls,
+        host: str,
+        port: int,
+        client_id: str = "fjord-client",
+        ssl: ssl_module.SSLContext | None = None,
+    ) -> BrokerConnection:
+        connection: BrokerConnection | None = None
+
+        def on_frame(payload: bytes) -> None:
+            connection._on_response(payload)
+
+        loop = asyncio.get_running_loop()
+        _, frames = await loop.create_connection(
+            lambda: ResponseFrames(on_frame), host, port, ssl=ssl
+        )
+        connection = cls(frames, client_id)
+        return connection
 
     async def send(self, request: Any) -> Any:
         """Send a kio request entity and wait for its response entity."""
         return await self.send_raw(request, expect_response=True)
 
     async def send_raw(self, request: Any, expect_response: bool = True) -> Any:
-        if self._reader_task.done():
+        if self.closed:
             raise ConnectionClosed("connection is closed")
         correlation_id = self._next_correlation_id
         self._next_correlation_id += 1
@@ -47,8 +144,8 @@ class BrokerConnection:
         future = asyncio.get_running_loop().create_future()
         if expect_response:
             self._pending[correlation_id] = (future, request.__api_key__, request.__version__)
-        self._writer.write(_SIZE.pack(len(payload)) + payload)
-        await self._writer.drain()
+        self._transport.write(_SIZE.pack(len(payload)) + payload)
+        await self._frames.drain()
         if not expect_response:
             return None
         return await future
@@ -58,48 +155,40 @@ class BrokerConnection:
         payload. For protocol tests: the caller picks a correlation id the client never uses."""
         future = asyncio.get_running_loop().create_future()
         self._pending[codec.peek_correlation_id(payload)] = (future, -1, -1)
-        self._writer.write(_SIZE.pack(len(payload)) + payload)
-        await self._writer.drain()
+        self._transport.write(_SIZE.pack(len(payload)) + payload)
+        await self._frames.drain()
         return await future
 
-    async def _read_responses(self) -> None:
+    def _on_response(self, payload: bytes | memoryview) -> None:
+        correlation_id = _SIZE.unpack_from(payload, 0)[0]
+        entry = self._pending.pop(correlation_id, None)
+        if entry is None:
+            return
+        future, api_key, api_version = entry
+        if future.done():  # its caller gave up waiting (cancelled, timed out)
+            return
+        if api_key < 0:
+            future.set_result(bytes(payload))
+            return
         try:
-            while True:
-                size = _SIZE.unpack(await self._reader.readexactly(4))[0]
-                payload = await self._reader.readexactly(size)
-                correlation_id = _SIZE.unpack_from(payload, 0)[0]
-                entry = self._pending.pop(correlation_id, None)
-                if entry is None:
-                    continue
-                future, api_key, api_version = entry
-                if future.done():  # its caller gave up waiting (cancelled, timed out)
-                    continue
-                if api_key < 0:
-                    future.set_result(payload)
-                else:
-                    try:
-                        future.set_result(codec.decode_response(payload, api_key, api_version)[1])
-                    except Exception as e:  # a response we cannot parse fails its request only
-                        future.set_exception(e)
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            pass
-        finally:
-            for future, _, _ in self._pending.values():
-                if not future.done():
-                    future.set_exception(ConnectionClosed("connection closed by the broker"))
-            self._pending.clear()
+            future.set_result(codec.decode_response(payload, api_key, api_version)[1])
+        except Exception as e:  # a response we cannot parse fails its request only
+            future.set_exception(e)
+
+    def _fail_pending(self, _: asyncio.Future) -> None:
+        for future, _, _ in self._pending.values():
+            if not future.done():
+                future.set_exception(ConnectionClosed("connection closed by the broker"))
+        self._pending.clear()
 
     @property
     def closed(self) -> bool:
-        return self._reader_task.done()
+        return self._frames.closed.done()
 
     async def wait_closed(self) -> None:
-        await self._reader_task
+        await asyncio.shield(self._frames.closed)
 
     async def close(self) -> None:
-        self._writer.close()
-        self._reader_task.cancel()
-        try:
-            await self._reader_task
-        except asyncio.CancelledError:
-            pass
+        self._transport.close()
+        if not self._frames.closed.done():
+            self._frames.closed.set_result(None)

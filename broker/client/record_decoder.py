@@ -11,7 +11,6 @@ polls, they die young.
 
 from __future__ import annotations
 
-import functools
 import heapq
 import sys
 from collections.abc import Iterator, Sequence
@@ -65,7 +64,9 @@ class CompletedFetch:
         self.fetch_offset = fetch_offset
         self.next_offset = fetch_offset
         self._raw = raw if isinstance(raw, bytes) else bytes(raw)
-        self._entries: Iterator[tuple[int, BatchHeader]] = iter_batches(self._raw)
+        # Framed up front (a header every few kilobytes): where they end is known at once.
+        self._framed = list(iter_batches(self._raw))
+        self._entries: Iterator[tuple[int, BatchHeader]] = iter(self._framed)
         # read_committed: the aborted transactions whose first offset the batches reached, by
         # producer; an ABORT marker ends one.
         self._pending = (
@@ -81,14 +82,11 @@ class CompletedFetch:
         self.done = False
         self._load()
 
-    @functools.cached_property
+    @property
     def end_offset(self) -> int:
-        """Where the next fetch starts once every entry is handed out, read from the entries'
-        headers without decoding them (a fetch sent ahead of this one starts there)."""
-        end = self.fetch_offset
-        for _, header in iter_batches(self._raw):
-            end = max(end, header.next_offset)
-        return end
+        """Where the next fetch starts once every entry is handed out, from the entries'
+        headers (a fetch sent ahead of this one starts there)."""
+        return max(self.fetch_offset, self._framed[-1][1].next_offset if self._framed else 0)
 
     def take(self, max_records: int) -> list[ConsumerRecord]:
         """Up to `max_records` records. A corrupt entry ends them (`error` says why); it is

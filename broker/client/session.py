@@ -7,7 +7,6 @@ every later request is built at the highest version both kio's schemas and the b
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import ssl
 from dataclasses import dataclass
@@ -110,8 +109,7 @@ class Session:
 async def open_session(
     host: str, port: int, security: Security, client_id: str = "fjord-admin"
 ) -> Session:
-    reader, writer = await asyncio.open_connection(host, port, ssl=security.ssl_context)
-    connection = BrokerConnection(reader, writer, client_id)
+    connection = await BrokerConnection.open(host, port, client_id, ssl=security.ssl_context)
     try:
         session = Session(connection, await _api_versions(connection))
         if security.protocol.startswith("SASL"):

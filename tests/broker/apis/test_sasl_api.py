@@ -48,8 +48,7 @@ async def security_broker(tmp_path, listeners: str, **props: str):
 
 async def connect(b: Broker, listener: str, ssl_context=None) -> BrokerConnection:
     host, port = b.bound[listener]
-    reader, writer = await asyncio.open_connection(host, port, ssl=ssl_context)
-    return BrokerConnection(reader, writer, "fjord-test")
+    return await BrokerConnection.open(host, port, "fjord-test", ssl=ssl_context)
 
 
 def authenticate(v: int, token: bytes):
