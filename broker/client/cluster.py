@@ -114,9 +114,14 @@ class ClusterClient:
                 raise ConnectionError(f"no bootstrap server answers: {errors}")
         return self._any
 
-    async def session(self, node_id: int) -> Session:
+    def open_session(self, node_id: int) -> Session | None:
+        """The connection to `node_id` if one is open; None rather than opening one."""
         session = self._sessions.get(node_id)
-        if session is not None and not session.closed:
+        return session if session is not None and not session.closed else None
+
+    async def session(self, node_id: int) -> Session:
+        session = self.open_session(node_id)
+        if session is not None:
             return session
         # One connection per node: concurrent callers (a producer's requests in flight) wait
         # for the one being opened instead of each opening, and leaking, their own.

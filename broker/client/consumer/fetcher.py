@@ -197,6 +197,24 @@ class Fetcher:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._task = None
+        # As Kafka's consumer does: each fetch session closed (epoch -1), so that the broker
+        # frees its cache slot now rather than when the session would be evicted.
+        closing = [
+            self._close_session(node, handler)
+            for node, handler in self.sessions.items()
+            if handler.session_id != INVALID_SESSION_ID
+        ]
+        await asyncio.gather(*closing, return_exceptions=True)
+        self.sessions.clear()
+
+    async def _close_session(self, node: int, handler: FetchSessionHandler) -> None:
+        session = self.client.open_session(node)
+        if session is None:
+            return  # the connection is gone, and the broker forgets the session in time
+        closing = FetchRequestData(handler.session_id, FINAL_EPOCH, {}, {}, {})
+        await asyncio.wait_for(
+            session.send(self._request(session, closing)), self.client.request_timeout_ms / 1000
+        )
 
     # -- handing records out ----------------------------------------------------------------
 

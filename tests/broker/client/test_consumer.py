@@ -16,6 +16,7 @@ from collections.abc import Callable
 import pytest
 from broker_process import FAST_GROUP_OVERRIDES, BrokerProcess
 from confluent_kafka import Producer as ConfluentProducer
+from in_process_broker import running_broker
 
 from broker.client import AdminClient, Consumer
 from broker.client.consumer import ConsumerRebalanceListener
@@ -489,3 +490,16 @@ async def test_a_member_out_of_the_group_cannot_commit(bootstrap, protocol):
         await settle([a, b], everything, "a back in the group")
         owned = next(iter(a.assignment()))
         await a.commit({owned: 1})
+
+
+async def test_close_closes_the_fetch_session(tmp_path):
+    async with running_broker(tmp_path) as (broker, _):
+        bootstrap = "{}:{}".format(*broker.bound["PLAINTEXT"])
+        topic = await create_topic(bootstrap)
+        await asyncio.to_thread(produce, bootstrap, topic, 10)  # the broker runs on this loop
+        consumer = Consumer(bootstrap, auto_offset_reset="earliest")
+        async with consumer:
+            consumer.assign([TP(topic, 0)])
+            await read(consumer, 10)
+            assert len(broker.fetch_sessions) == 1
+        assert len(broker.fetch_sessions) == 0  # freed now, not at its eviction
