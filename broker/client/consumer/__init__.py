@@ -155,6 +155,7 @@ class Consumer:
             fetch_max_bytes=self.config.fetch_max_bytes,
             max_partition_fetch_bytes=self.config.max_partition_fetch_bytes,
             isolation_level=self.config.isolation_level,
+            client_rack=self.config.client_rack,
             records_ready=self.records_ready,
         )
 

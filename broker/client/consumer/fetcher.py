@@ -158,6 +158,7 @@ class Fetcher:
         fetch_max_bytes: int = 52_428_800,
         max_partition_fetch_bytes: int = 1_048_576,
         isolation_level: str = "read_uncommitted",
+        client_rack: str = "",
         records_ready: asyncio.Event | None = None,
     ) -> None:
         self.client = client
@@ -167,6 +168,7 @@ class Fetcher:
         self.fetch_max_bytes = fetch_max_bytes
         self.max_partition_fetch_bytes = max_partition_fetch_bytes
         self.isolation = ISOLATION_LEVELS[isolation_level]
+        self.client_rack = client_rack  # KIP-392: lets a cluster answer from a nearby replica
         self.records_ready = records_ready or asyncio.Event()
         self.sessions: dict[int, FetchSessionHandler] = {}
         self._completed: dict[TopicPartition, BufferedFetch] = {}
@@ -460,7 +462,7 @@ class Fetcher:
             session_epoch=request.epoch,
             topics=fetch_topics,
             forgotten_topics_data=forgotten,
-            rack_id="",
+            rack_id=self.client_rack,
         )
 
     def _handle_partitions(self, node: int, request: FetchRequestData, response: Any) -> bool:

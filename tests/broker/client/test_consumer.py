@@ -20,6 +20,7 @@ from in_process_broker import running_broker
 
 from broker.client import AdminClient, Consumer
 from broker.client.consumer import ConsumerRebalanceListener
+from broker.client.consumer.fetcher import FetchRequestData
 from broker.client.errors import (
     CommitFailedError,
     IllegalStateError,
@@ -503,3 +504,10 @@ async def test_close_closes_the_fetch_session(tmp_path):
             await read(consumer, 10)
             assert len(broker.fetch_sessions) == 1
         assert len(broker.fetch_sessions) == 0  # freed now, not at its eviction
+
+
+async def test_fetches_carry_the_client_rack(bootstrap):
+    async with Consumer(bootstrap, client_rack="eu-west-1a") as consumer:
+        session = await consumer.client.any_session()
+        fetch = consumer.fetcher._request(session, FetchRequestData(0, 0, {}, {}, {}))
+        assert fetch.rack_id == "eu-west-1a"
