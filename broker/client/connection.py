@@ -12,8 +12,14 @@ from broker.protocol import codec
 
 _SIZE = struct.Struct(">i")
 # Responses that fit are read through this buffer, many at a time; a larger one (a fetch of
-# megabytes) is read by the kernel straight into a buffer of its own size.
+# megabytes) is read by the kernel straight into a buffer of its own.
 STAGE_SIZE = 64 * 1024
+# That buffer grows (doubling) as the bytes come, from this size: a size prefix that is not
+# Kafka's (an HTTP or TLS answer read as one declares hundreds of megabytes; KAFKA-4493) costs
+# what actually arrives, not what it declares.
+FRAME_STEP = 4 * 1024 * 1024
+# The smallest response: its correlation id.
+MIN_FRAME = 4
 
 
 class ConnectionClosed(ConnectionError):
@@ -33,6 +39,7 @@ class ResponseFrames(asyncio.BufferedProtocol):
         self._staged = 0
         self._frame: memoryview | None = None  # a large frame being read, and how far
         self._filled = 0
+        self._frame_size = 0
         self.transport: asyncio.Transport | None = None
         self.closed = asyncio.get_running_loop().create_future()
         self._writable = asyncio.Event()
@@ -49,33 +56,42 @@ class ResponseFrames(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self._frame is not None:
             self._filled += nbytes
-            if self._filled == len(self._frame):
+            if self._filled == self._frame_size:
                 frame, self._frame = self._frame, None
                 self._on_frame(frame.toreadonly())
+            elif self._filled == len(self._frame):
+                self._grow_frame(self._frame[: self._filled])
             return
         self._staged += nbytes
         stage, pos = self._stage, 0
         while self._staged - pos >= 4:
             size = _SIZE.unpack_from(stage, pos)[0]
             start = pos + 4
-            if size < 0:
+            if size < MIN_FRAME:
                 self.transport.abort()  # not Kafka: nothing after it can be framed
                 return
             if start + size <= self._staged:
                 self._on_frame(bytes(memoryview(stage)[start : start + size]))
                 pos = start + size
             elif 4 + size > STAGE_SIZE:
-                frame = bytearray(size)
-                self._filled = self._staged - start
-                frame[: self._filled] = stage[start : self._staged]
-                self._frame = memoryview(frame)
+                self._frame_size = size
+                self._grow_frame(memoryview(stage)[start : self._staged])
                 pos = self._staged
                 break
             else:
                 break
-        # What is left is the start of the next frame: moved to the front (a few bytes).
-        stage[: self._staged - pos] = stage[pos : self._staged]
-        self._staged -= pos
+        if pos:  # what is left is the start of the next frame: moved to the front
+            stage[: self._staged - pos] = stage[pos : self._staged]
+            self._staged -= pos
+
+    def _grow_frame(self, received: memoryview) -> None:
+        """A buffer for the large frame with room for more than `received`, which it starts
+        with: FRAME_STEP, then twice the last, never more than the frame's size."""
+        previous = len(self._frame) if self._frame is not None else FRAME_STEP // 2
+        frame = bytearray(min(self._frame_size, 2 * previous))
+        frame[: len(received)] = received
+        self._filled = len(received)
+        self._frame = memoryview(frame)
 
     def eof_received(self) -> bool:
         return False
@@ -84,6 +100,12 @@ class ResponseFrames(asyncio.BufferedProtocol):
         if not self.closed.done():
             self.closed.set_result(None)
         self._writable.set()  # a waiting writer finds the connection closed
+
+    def close(self) -> None:
+        """Closed by this side: closed at once for the requests, whatever the transport still
+        has to flush."""
+        self.transport.close()
+        self.connection_lost(None)
 
     def pause_writing(self) -> None:
         self._writable.clear()
@@ -189,6 +211,4 @@ class BrokerConnection:
         await asyncio.shield(self._frames.closed)
 
     async def close(self) -> None:
-        self._transport.close()
-        if not self._frames.closed.done():
-            self._frames.closed.set_result(None)
+        self._frames.close()

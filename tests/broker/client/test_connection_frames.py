@@ -10,12 +10,19 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.client.connection import STAGE_SIZE, BrokerConnection, ConnectionClosed, ResponseFrames
+from broker.client.connection import (
+    FRAME_STEP,
+    MIN_FRAME,
+    STAGE_SIZE,
+    BrokerConnection,
+    ConnectionClosed,
+    ResponseFrames,
+)
 
 SIZES = st.one_of(
-    st.integers(0, 64),
+    st.integers(MIN_FRAME, 64),
     st.sampled_from([STAGE_SIZE - 5, STAGE_SIZE - 4, STAGE_SIZE - 3, STAGE_SIZE, 3 * STAGE_SIZE]),
-    st.integers(0, 4 * STAGE_SIZE),
+    st.integers(MIN_FRAME, 4 * STAGE_SIZE),
 )
 
 
@@ -47,6 +54,20 @@ def test_every_frame_arrives_whole_however_the_bytes_are_split(payloads, cuts):
         return got
 
     assert asyncio.run(run()) == payloads
+
+
+async def test_a_frame_larger_than_a_step_grows_as_it_comes():
+    got: list[bytes] = []
+    frames = ResponseFrames(lambda frame: got.append(bytes(frame)))
+    payload = bytes(range(256)) * ((2 * FRAME_STEP + 1000) // 256)
+    feed(frames, struct.pack(">i", len(payload)) + payload, [STAGE_SIZE] * 1000)
+    assert got == [payload]
+
+
+async def test_a_size_that_is_not_kafka_costs_what_arrives_not_what_it_declares():
+    frames = ResponseFrames(lambda frame: None)
+    feed(frames, b"HTTP/1.1 400 Bad Request\r\n", [])  # "HTTP": a frame of 1.2 GB
+    assert len(frames.get_buffer(-1)) < FRAME_STEP
 
 
 async def test_a_negative_size_closes_the_connection():
