@@ -208,8 +208,8 @@ class Consumer:
             if self.coordinator is not None:
                 await self.coordinator.close()  # revokes first: auto-commit commits there
         finally:
-            for fetcher in self._fetchers:
-                await fetcher.close()
+            # At once: each waits for its fetch sessions to close.
+            await asyncio.gather(*(fetcher.close() for fetcher in self._fetchers))
             for client in self._fetch_clients:
                 await client.close()
             await self.client.close()

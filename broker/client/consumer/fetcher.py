@@ -214,9 +214,10 @@ class Fetcher:
         if session is None:
             return  # the connection is gone, and the broker forgets the session in time
         closing = FetchRequestData(handler.session_id, FINAL_EPOCH, {}, {}, {})
-        await asyncio.wait_for(
-            session.send(self._request(session, closing)), self.client.request_timeout_ms / 1000
-        )
+        # Answered after the long poll it follows on the connection (fetch_max_wait_ms at
+        # most): a broker that does not answer by then does not hold close() up any longer.
+        timeout_ms = min(self.client.request_timeout_ms, self.fetch_max_wait_ms + 1000)
+        await asyncio.wait_for(session.send(self._request(session, closing)), timeout_ms / 1000)
 
     # -- handing records out ----------------------------------------------------------------
 
@@ -253,10 +254,9 @@ class Fetcher:
                 fetch.position = records[-1].offset + 1
             if fetch.records.done:
                 fetch.position = max(fetch.position, fetch.records.next_offset)
-                if state.stop_offset is not None:
-                    fetch.position = min(fetch.position, max(state.stop_offset, state.position))
                 del self._completed[tp]
                 self._promote_ahead(tp, fetch)
+                fetch.position = _within_range(state, fetch.position)
                 self._wake.set()
             else:
                 # Round robin: a partition handed out goes to the back of the line.
@@ -345,6 +345,7 @@ class Fetcher:
         }
         now = asyncio.get_running_loop().time()
         max_wait = self.fetch_max_wait_ms / 1000
+        held: dict[int, dict[TopicPartition, FetchTarget]] = defaultdict(dict)
         for tp in self.subscriptions.fetchable():
             if tp in busy or tp in self._ahead:
                 continue
@@ -363,15 +364,24 @@ class Fetcher:
                 continue
             if leader in self._in_flight:
                 continue
+            target = FetchTarget(route.topic_id, position, self.max_partition_fetch_bytes)
             if leader in draining and position >= self._log_end.get(tp, position + 1):
-                held_until = self._held_since.setdefault(tp, now) + max_wait
-                if now < held_until:
-                    plan.held_until = min(plan.held_until or held_until, held_until)
+                if now < self._held_since.setdefault(tp, now) + max_wait:
+                    held[leader][tp] = target
                     continue
             self._held_since.pop(tp, None)
-            plan.by_node[leader][tp] = FetchTarget(
-                route.topic_id, position, self.max_partition_fetch_bytes
-            )
+            plan.by_node[leader][tp] = target
+        # A held partition goes along with any fetch its node gets now (answered at once for
+        # the others' data: records being fetched ahead never end at the log end).
+        for leader, targets in held.items():
+            if leader in plan.by_node:
+                plan.by_node[leader].update(targets)
+                for tp in targets:
+                    self._held_since.pop(tp, None)
+                continue
+            for tp in targets:
+                held_until = self._held_since[tp] + max_wait
+                plan.held_until = min(plan.held_until or held_until, held_until)
         return plan
 
     def _fetch_ahead_offset(
@@ -526,7 +536,8 @@ class Fetcher:
             self._fail(records.error)
         elif records.next_offset > fetch_offset:
             # Only control or aborted batches: nothing to hand out, but the position moves on.
-            self.subscriptions.advance(tp, records.next_offset)
+            state = self.subscriptions.partitions[tp]
+            self.subscriptions.advance(tp, _within_range(state, records.next_offset))
 
     async def reset_positions(self) -> None:
         """ListOffsets for partitions whose position is to be reset, by leader."""
@@ -542,6 +553,14 @@ class Fetcher:
                 state = self.subscriptions.partitions.get(tp)
                 if state is not None and state.reset_strategy == strategy:
                     self.subscriptions.seek(tp, offsets[tp])
+
+
+def _within_range(state: Any, offset: int) -> int:
+    """A position moved past skipped batches stays at a range's stop (a fetcher reading
+    [start, stop) goes no further)."""
+    if state.stop_offset is None:
+        return offset
+    return min(offset, max(state.stop_offset, state.position))
 
 
 def _transient(error: KafkaAdminError) -> bool:
