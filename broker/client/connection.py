@@ -9,17 +9,14 @@ from collections.abc import Callable
 from typing import Any
 
 from broker.protocol import codec
+from broker.protocol.framing import FrameDecoder, InvalidFrame
 
 _SIZE = struct.Struct(">i")
-# Responses that fit are read through this buffer, many at a time; a larger one (a fetch of
-# megabytes) is read by the kernel straight into a buffer of its own.
-STAGE_SIZE = 64 * 1024
-# That buffer grows (doubling) as the bytes come, from this size: a size prefix that is not
-# Kafka's (an HTTP or TLS answer read as one declares hundreds of megabytes; KAFKA-4493) costs
-# what actually arrives, not what it declares.
-FRAME_STEP = 4 * 1024 * 1024
 # The smallest response: its correlation id.
 MIN_FRAME = 4
+# Responses are as large as the client asked for (fetch_max_bytes and more): only the
+# protocol's own bound applies.
+MAX_FRAME = (1 << 31) - 1
 
 
 class ConnectionClosed(ConnectionError):
@@ -27,19 +24,15 @@ class ConnectionClosed(ConnectionError):
 
 
 class ResponseFrames(asyncio.BufferedProtocol):
-    """The transport's side of a connection: size-prefixed frames handed to `on_frame` as they
-    complete. A fetch response of a few megabytes is read by the kernel straight into the
-    buffer handed on (the decoder copies out what it keeps), where a stream reader copies
-    it four times (into the loop's buffer, a bytes object, the reader's buffer, and out
-    again)."""
+    """The transport's side of a connection: the broker's FrameDecoder on the response
+    stream, frames handed to `on_frame` as they complete. A fetch response of a few megabytes
+    is read by the kernel straight into the buffer handed on (the decoder copies out what it
+    keeps), and one whose size prefix is not Kafka's (an HTTP or TLS answer read as hundreds of
+    megabytes, KAFKA-4493) costs what arrives, not what it declares."""
 
     def __init__(self, on_frame: Callable[[bytes | memoryview], None]) -> None:
         self._on_frame = on_frame
-        self._stage = bytearray(STAGE_SIZE)
-        self._staged = 0
-        self._frame: memoryview | None = None  # a large frame being read, and how far
-        self._filled = 0
-        self._frame_size = 0
+        self._decoder = FrameDecoder(MAX_FRAME)
         self.transport: asyncio.Transport | None = None
         self.closed = asyncio.get_running_loop().create_future()
         self._writable = asyncio.Event()
@@ -49,49 +42,18 @@ class ResponseFrames(asyncio.BufferedProtocol):
         self.transport = transport  # type: ignore[assignment]
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._frame is not None:
-            return self._frame[self._filled :]
-        return memoryview(self._stage)[self._staged :]
+        return self._decoder.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._frame is not None:
-            self._filled += nbytes
-            if self._filled == self._frame_size:
-                frame, self._frame = self._frame, None
-                self._on_frame(frame.toreadonly())
-            elif self._filled == len(self._frame):
-                self._grow_frame(self._frame[: self._filled])
-            return
-        self._staged += nbytes
-        stage, pos = self._stage, 0
-        while self._staged - pos >= 4:
-            size = _SIZE.unpack_from(stage, pos)[0]
-            start = pos + 4
-            if size < MIN_FRAME:
-                self.transport.abort()  # not Kafka: nothing after it can be framed
+        try:
+            frames = self._decoder.buffer_updated(nbytes)
+        except InvalidFrame:
+            frames = [b""]  # nothing after it can be framed
+        for frame in frames:
+            if len(frame) < MIN_FRAME:
+                self.transport.abort()  # not Kafka
                 return
-            if start + size <= self._staged:
-                self._on_frame(bytes(memoryview(stage)[start : start + size]))
-                pos = start + size
-            elif 4 + size > STAGE_SIZE:
-                self._frame_size = size
-                self._grow_frame(memoryview(stage)[start : self._staged])
-                pos = self._staged
-                break
-            else:
-                break
-        if pos:  # what is left is the start of the next frame: moved to the front
-            stage[: self._staged - pos] = stage[pos : self._staged]
-            self._staged -= pos
-
-    def _grow_frame(self, received: memoryview) -> None:
-        """A buffer for the large frame with room for more than `received`, which it starts
-        with: FRAME_STEP, then twice the last, never more than the frame's size."""
-        previous = len(self._frame) if self._frame is not None else FRAME_STEP // 2
-        frame = bytearray(min(self._frame_size, 2 * previous))
-        frame[: len(received)] = received
-        self._filled = len(received)
-        self._frame = memoryview(frame)
+            self._on_frame(frame)
 
     def eof_received(self) -> bool:
         return False

@@ -256,7 +256,7 @@ class Fetcher:
                 fetch.position = max(fetch.position, fetch.records.next_offset)
                 del self._completed[tp]
                 self._promote_ahead(tp, fetch)
-                fetch.position = _within_range(state, fetch.position)
+                fetch.position = state.within_range(fetch.position)
                 self._wake.set()
             else:
                 # Round robin: a partition handed out goes to the back of the line.
@@ -537,7 +537,7 @@ class Fetcher:
         elif records.next_offset > fetch_offset:
             # Only control or aborted batches: nothing to hand out, but the position moves on.
             state = self.subscriptions.partitions[tp]
-            self.subscriptions.advance(tp, _within_range(state, records.next_offset))
+            self.subscriptions.advance(tp, state.within_range(records.next_offset))
 
     async def reset_positions(self) -> None:
         """ListOffsets for partitions whose position is to be reset, by leader."""
@@ -553,14 +553,6 @@ class Fetcher:
                 state = self.subscriptions.partitions.get(tp)
                 if state is not None and state.reset_strategy == strategy:
                     self.subscriptions.seek(tp, offsets[tp])
-
-
-def _within_range(state: Any, offset: int) -> int:
-    """A position moved past skipped batches stays at a range's stop (a fetcher reading
-    [start, stop) goes no further)."""
-    if state.stop_offset is None:
-        return offset
-    return min(offset, max(state.stop_offset, state.position))
 
 
 def _transient(error: KafkaAdminError) -> bool:

@@ -34,6 +34,13 @@ class PartitionState:
     paused: bool = False
     stop_offset: int | None = None
 
+    def within_range(self, offset: int) -> int:
+        """A position moved past skipped batches stays at a range's stop (a fetcher reading
+        [start, stop) goes no further)."""
+        if self.stop_offset is None:
+            return offset
+        return min(offset, max(self.stop_offset, self.position))
+
     @property
     def exhausted(self) -> bool:
         return (
