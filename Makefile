@@ -10,7 +10,7 @@ TEST_STAMP := $(VENV)/.installed-test
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt pyproject.toml setup.py broker/records/_records.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -r requirements.txt
 	$(PIP) install -q --no-deps -e .
