@@ -20,11 +20,12 @@ $(TEST_STAMP): $(STAMP) requirements-test.txt
 	$(PIP) install -q -r requirements-test.txt
 	touch $@
 
-# Debian packages the tests drive: kcat (compat tests) and chromium (the console's browser
-# tests, through Playwright). Installed only where missing.
+# Debian packages the tests drive: kcat (compat tests), chromium (the console's browser
+# tests, through Playwright) and Java 17 (Spark, for the pipelines). Installed only where missing.
 system-deps:
 	@missing=""; command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
 	  command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	  command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
 	  if [ -n "$$missing" ]; then echo "installing$$missing (Debian packages)"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 

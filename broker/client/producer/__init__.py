@@ -385,6 +385,15 @@ class Producer:
             await self.flush()
         return self._txn.prepare()
 
+    @property
+    def prepared_transaction(self) -> PreparedTxnState | None:
+        """The prepared transaction this producer holds: its own after prepare_transaction(),
+        or the one an earlier instance left, kept by init_transactions(keep_prepared_txn=True);
+        None once completed, or when there is none."""
+        if self._txn.state is not TxnState.PREPARED_TRANSACTION:
+            return None
+        return self._txn.ongoing_txn
+
     async def complete_transaction(self, state: PreparedTxnState) -> None:
         """Commit the prepared transaction when `state` is the one prepared (as
         prepare_transaction returned it), abort it otherwise."""

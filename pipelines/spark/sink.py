@@ -1,0 +1,300 @@
+"""The `fjord` format's sink: Spark's Kafka sink over Fjord's producer, and an exactly-once mode.
+
+Plain mode is at-least-once, as Spark's Kafka sink: each task produces its rows (idempotent,
+acks=all) and flushes; a retried task or a replayed micro-batch writes its rows again.
+
+With exactlyOnce=true every micro-batch's rows are written once, seen by read_committed
+consumers (KIP-939 two-phase commit):
+
+1. Each task writes its rows in a transaction of its own, `<prefix>-<task partition>`, that it
+   prepares but does not commit; the prepared state (transactional id, producer id, epoch)
+   goes to the driver in the task's commit message.
+2. The driver's commit(messages, batchId) first writes the batch's decision, the batch id and
+   every prepared state, to the sink's compacted topic `_fjord_sink_<prefix>` (acks=all), then
+   commits each prepared transaction from its state.
+3. A batch Spark replays (its driver died after step 2 began, before Spark's commit log had it)
+   finds its decision already written: what the replay's tasks prepared is aborted.
+4. What a dead driver left open is settled by the last decision: committed if it names it,
+   aborted otherwise. A task settles what its own transactional id left (InitProducerId with
+   keepPreparedTxn) before it writes; the driver's commit settles the ids no task of its batch
+   used.
+
+Spark creates the writer anew for each commit (in a Python worker of the driver), so nothing is
+settled when a writer is made: only a task, before it writes, and a commit, before it decides.
+
+So a driver may die between any two steps: before the decision its batch's transactions are
+aborted and the batch replays; after it, they are committed and the replay is dropped. A task
+that dies is retried, its earlier attempt's transaction settled (aborted: undecided) by the
+retry. A broker that dies loses nothing acknowledged: the decision and the prepared data are
+written with acks=all, and prepared transactions survive a broker restart and never time out."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
+
+from broker.client.admin import AdminClient
+from broker.client.consumer import Consumer
+from broker.client.errors import KafkaAdminError
+from broker.client.models import NewTopic, TopicPartition
+from broker.client.producer import PreparedTxnState, Producer
+from pipelines.spark.options import ClientOptions, SinkOptions
+
+DECISIONS_PREFIX = "_fjord_sink_"
+BATCH_ID = "streaming.sql.batchId"  # the local property Spark's micro-batches set
+
+
+def check_schema(schema: StructType, options: SinkOptions) -> None:
+    """The columns Spark's Kafka sink takes, with their types; raises naming the column."""
+    fields = {f.name.lower(): f.dataType for f in schema.fields}
+    if "value" not in fields:
+        raise ValueError("the fjord sink needs a 'value' column (string or binary)")
+    for name in ("key", "value"):
+        if name in fields and not isinstance(fields[name], StringType | BinaryType):
+            raise ValueError(f"column '{name}' must be a string or binary, not {fields[name]}")
+    if "topic" in fields:
+        if not isinstance(fields["topic"], StringType):
+            raise ValueError(f"column 'topic' must be a string, not {fields['topic']}")
+    elif options.topic is None:
+        raise ValueError("the fjord sink needs the option 'topic' or a 'topic' column")
+    if "partition" in fields and not isinstance(fields["partition"], IntegerType):
+        raise ValueError(f"column 'partition' must be an int, not {fields['partition']}")
+
+
+@dataclass
+class PreparedPart(WriterCommitMessage):
+    """A task's part of a micro-batch: its prepared transaction, as JSON (or None: no rows
+    written in exactly-once mode is still a transaction to settle, plain mode has none)."""
+
+    rows: int
+    prepared: str | None = None
+
+
+def _text(value: object) -> bytes | None:
+    return value.encode() if isinstance(value, str) else value  # type: ignore[return-value]
+
+
+async def produce_rows(
+    producer: Producer, batches: Iterator[pa.RecordBatch], topic: str | None
+) -> int:
+    rows = 0
+    for batch in batches:
+        columns = {
+            name.lower(): batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)
+        }
+        values = columns["value"]
+        keys = columns.get("key") or [None] * len(values)
+        topics = columns.get("topic") or [topic] * len(values)
+        partitions = columns.get("partition") or [None] * len(values)
+        headers = columns.get("headers") or [None] * len(values)
+        for value, key, to, partition, hs in zip(
+            values, keys, topics, partitions, headers, strict=True
+        ):
+            if to is None:
+                raise ValueError("a row's topic is null and the sink has no 'topic' option")
+            await producer.send(
+                to,
+                _text(value),
+                key=_text(key),
+                partition=partition,
+                headers=[(h["key"], h["value"]) for h in hs or ()],
+            )
+        rows += len(values)
+    await producer.flush()
+    return rows
+
+
+def producer_for(client: ClientOptions, **extra: object) -> Producer:
+    return Producer(
+        client.bootstrap_servers,
+        security=client.security(),
+        **{"client_id": "fjord-spark", **client.options, **extra},
+    )
+
+
+class _Writer:
+    """What the batch and the streaming writer share."""
+
+    def __init__(self, options: SinkOptions, schema: StructType) -> None:
+        check_schema(schema, options)
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> PreparedPart:
+        return asyncio.run(self._write(iterator))
+
+    async def _write(self, iterator: Iterator[pa.RecordBatch]) -> PreparedPart:
+        options = self.options
+        if not options.exactly_once:
+            async with producer_for(options.client) as producer:
+                return PreparedPart(await produce_rows(producer, iterator, options.topic))
+        context = TaskContext.get()
+        transactional_id = f"{options.transactional_id_prefix}-{context.partitionId()}"
+        async with producer_for(
+            options.client,
+            transactional_id=transactional_id,
+            transaction_two_phase_commit_enable=True,
+        ) as producer:
+            await producer.init_transactions(keep_prepared_txn=True)
+            left = producer.prepared_transaction
+            if left is not None:  # by an earlier attempt, or a batch whose driver died
+                last = await last_decision(options)
+                decided = last is not None and left in last[1]
+                await producer.complete_transaction(left if decided else _mismatch(left))
+            producer.begin_transaction()
+            rows = await produce_rows(producer, iterator, options.topic)
+            prepared = await producer.prepare_transaction()
+        return PreparedPart(rows, prepared.to_json())
+
+    def _commit(self, messages: list[PreparedPart | None], batch_id: int | None) -> None:
+        if self.options.exactly_once:
+            asyncio.run(commit_batch(self.options, messages, batch_id))
+
+    def _abort(self, messages: list[PreparedPart | None]) -> None:
+        if self.options.exactly_once:
+            asyncio.run(complete_all(self.options.client, _prepared(messages), commit=False))
+
+
+class FjordBatchWriter(_Writer, DataSourceArrowWriter):
+    def commit(self, messages: list[PreparedPart | None]) -> None:  # type: ignore[override]
+        self._commit(messages, None)
+
+    def abort(self, messages: list[PreparedPart | None]) -> None:  # type: ignore[override]
+        self._abort(messages)
+
+
+class FjordStreamWriter(_Writer, DataSourceStreamArrowWriter):
+    def commit(self, messages: list[PreparedPart | None], batchId: int) -> None:  # type: ignore[override]
+        self._commit(messages, batchId)
+
+    def abort(self, messages: list[PreparedPart | None], batchId: int) -> None:  # type: ignore[override]
+        self._abort(messages)
+
+
+def _prepared(messages: list[PreparedPart | None]) -> list[PreparedTxnState]:
+    return [
+        PreparedTxnState.from_json(m.prepared)
+        for m in messages
+        if m is not None and m.prepared is not None
+    ]
+
+
+# -- the driver's side of exactly-once -------------------------------------------------------
+
+
+async def commit_batch(
+    options: SinkOptions, messages: list[PreparedPart | None], batch_id: int | None
+) -> None:
+    prepared = _prepared(messages)
+    last = await last_decision(options)
+    await settle_open_transactions(options, last, skip={s.transactional_id for s in prepared})
+    if batch_id is not None:
+        if last is not None and last[0] >= batch_id:
+            # A replay of a batch already decided: its first run's transactions are committed
+            # (settled above, or by this run's tasks); this run's are dropped.
+            await complete_all(options.client, prepared, commit=False)
+            return
+        await write_decision(options, batch_id, prepared)
+    await complete_all(options.client, prepared, commit=True)
+
+
+async def complete_all(client: ClientOptions, states: list[PreparedTxnState], commit: bool) -> None:
+    """Commit (or abort) each prepared transaction from its state, as another process does:
+    init_transactions(keep_prepared_txn=True), then complete_transaction."""
+    for state in states:
+        async with producer_for(
+            client,
+            transactional_id=state.transactional_id,
+            transaction_two_phase_commit_enable=True,
+        ) as producer:
+            await producer.init_transactions(keep_prepared_txn=True)
+            if producer.prepared_transaction is not None:
+                # A state that does not match (abort) is what complete_transaction aborts.
+                await producer.complete_transaction(state if commit else _mismatch(state))
+
+
+def _mismatch(state: PreparedTxnState) -> PreparedTxnState:
+    return PreparedTxnState(state.transactional_id, -1, -1)
+
+
+async def settle_open_transactions(
+    options: SinkOptions,
+    last: tuple[int, list[PreparedTxnState]] | None,
+    skip: Collection[str] = (),
+) -> None:
+    """Commit the open transactions of the prefix that the last decision names, abort the
+    others (left by a driver that died before deciding); those in `skip` are left alone."""
+    prefix = f"{options.transactional_id_prefix}-"
+    decided = {s.transactional_id: s for s in last[1]} if last else {}
+    async with AdminClient(options.client.bootstrap_servers, options.client.security()) as admin:
+        # A prepared transaction is Ongoing for its coordinator (KIP-939 prepares client-side).
+        listed = await admin.list_transactions(states=("Ongoing",))
+    for t in listed:
+        if not t.transactional_id.startswith(prefix) or t.transactional_id in skip:
+            continue
+        state = decided.get(t.transactional_id)
+        if state is not None:
+            await complete_all(options.client, [state], commit=True)
+        else:
+            await complete_all(
+                options.client, [PreparedTxnState(t.transactional_id, -1, -1)], commit=False
+            )
+
+
+def decisions_topic(options: SinkOptions) -> TopicPartition:
+    return TopicPartition(f"{DECISIONS_PREFIX}{options.transactional_id_prefix}", 0)
+
+
+async def write_decision(
+    options: SinkOptions, batch_id: int, prepared: list[PreparedTxnState]
+) -> None:
+    value = json.dumps(
+        {"batch": batch_id, "transactions": [json.loads(s.to_json()) for s in prepared]}
+    ).encode()
+    topic, partition = decisions_topic(options)
+    await ensure_topic(options.client, topic)
+    async with producer_for(options.client, acks="all") as producer:
+        await producer.send_and_wait(topic, value, key=b"decision", partition=partition)
+
+
+async def last_decision(options: SinkOptions) -> tuple[int, list[PreparedTxnState]] | None:
+    """The sink's latest decision: the last record of its decisions topic (made here when
+    missing), which only the driver's commits write."""
+    tp = decisions_topic(options)
+    await ensure_topic(options.client, tp.topic)
+    async with Consumer(
+        options.client.bootstrap_servers,
+        security=options.client.security(),
+        client_id="fjord-spark",
+        enable_auto_commit=False,
+    ) as consumer:
+        consumer.assign([tp])
+        end = (await consumer.end_offsets([tp]))[tp]
+        if end == 0:
+            return None
+        consumer.seek(tp, end - 1)
+        found = None
+        while found is None:
+            for record in (await consumer.getmany(tp, timeout_ms=1000)).get(tp, []):
+                found = json.loads(record.value)
+    states = [PreparedTxnState.from_json(json.dumps(s)) for s in found["transactions"]]
+    return int(found["batch"]), states
+
+
+async def ensure_topic(client: ClientOptions, topic: str) -> None:
+    async with AdminClient(client.bootstrap_servers, client.security()) as admin:
+        try:
+            await admin.create_topics([NewTopic(topic, 1, configs={"cleanup.policy": "compact"})])
+        except KafkaAdminError as e:
+            if e.name != "TOPIC_ALREADY_EXISTS":
+                raise

@@ -1,0 +1,239 @@
+"""The `fjord` format's source: Spark's Kafka source over Fjord's client, batch and streaming.
+
+The driver plans (offsets resolved by `OffsetReader`, ranges by `plan_ranges`); each Spark task
+reads one `OffsetRange` with a consumer of its own and yields Arrow record batches. A range
+always reads the same records: its ends are offsets fixed in Spark's checkpoint before any task
+runs, and under read_committed they lie at or below the last stable offset."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from broker.client.consumer import Consumer
+from broker.client.errors import OffsetOutOfRangeError
+from broker.client.models import ConsumerRecord, TopicPartition
+from pipelines.spark.offsets import (
+    DataLossError,
+    OffsetRange,
+    OffsetReader,
+    Offsets,
+    check_no_data_loss,
+    from_json,
+    missing_partitions,
+    plan_ranges,
+    rate_limit,
+    to_json,
+)
+from pipelines.spark.options import SourceOptions
+
+HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
+COLUMNS = [
+    ("key", pa.binary()),
+    ("value", pa.binary()),
+    ("topic", pa.string()),
+    ("partition", pa.int32()),
+    ("offset", pa.int64()),
+    ("timestamp", pa.timestamp("us", tz="UTC")),
+    ("timestampType", pa.int32()),
+]
+SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
+HEADERS_SCHEMA = SCHEMA + ", headers array<struct<key: string, value: binary>>"
+ARROW_BATCH = 10_000  # records an Arrow batch, as Spark's arrow.maxRecordsPerBatch
+POLL_SLICE_MS = 1000
+
+
+def arrow_batch(records: list[ConsumerRecord], include_headers: bool) -> pa.RecordBatch:
+    arrays = [
+        pa.array([r.key for r in records], pa.binary()),
+        pa.array([r.value for r in records], pa.binary()),
+        pa.array([r.topic for r in records], pa.string()),
+        pa.array([r.partition for r in records], pa.int32()),
+        pa.array([r.offset for r in records], pa.int64()),
+        pa.array([r.timestamp_ms * 1000 for r in records], pa.int64()).cast(COLUMNS[5][1]),
+        pa.array([max(r.timestamp_type, 0) for r in records], pa.int32()),
+    ]
+    names = [name for name, _ in COLUMNS]
+    if include_headers:
+        arrays.append(
+            pa.array(
+                [[{"key": k, "value": v} for k, v in r.headers] for r in records],
+                pa.list_(HEADER),
+            )
+        )
+        names.append("headers")
+    return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def read_range(options: SourceOptions, span: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """The records of `span` as Arrow batches, in offset order. A task's generator drives its
+    own event loop, a step per batch, so that records stream out instead of piling up."""
+    loop = asyncio.new_event_loop()
+    consumer = Consumer(
+        options.client.bootstrap_servers,
+        security=options.client.security(),
+        **{
+            "client_id": "fjord-spark",
+            **options.client.options,
+            "isolation_level": "read_committed" if options.read_committed else "read_uncommitted",
+            "auto_offset_reset": "none",
+            "enable_auto_commit": False,
+            "max_poll_records": ARROW_BATCH,
+        },
+    )
+    tp = TopicPartition(span.topic, span.partition)
+    try:
+        loop.run_until_complete(consumer.start())
+        consumer.assign([tp])
+        consumer.seek(tp, span.from_offset)
+        while True:
+            records = loop.run_until_complete(_next_records(consumer, tp, span, options))
+            if records is None:
+                return
+            if records:
+                yield arrow_batch(records, options.include_headers)
+    finally:
+        loop.run_until_complete(consumer.close())
+        loop.close()
+
+
+async def _next_records(
+    consumer: Consumer, tp: TopicPartition, span: OffsetRange, options: SourceOptions
+) -> list[ConsumerRecord] | None:
+    """The next records of the range, or None past its end. Control batches and aborted
+    transactions move the position without giving records; only a position that does not move
+    for kafkaConsumer.pollTimeoutMs (the offsets are gone) is an error."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + options.poll_timeout_ms / 1000
+    while (position := await consumer.position(tp)) < span.until_offset:
+        try:
+            got = await consumer.getmany(tp, timeout_ms=POLL_SLICE_MS)
+        except OffsetOutOfRangeError:
+            got, deadline = {}, loop.time()
+        records = [r for r in got.get(tp, ()) if r.offset < span.until_offset]
+        if records:
+            return records
+        if await consumer.position(tp) > position:
+            deadline = loop.time() + options.poll_timeout_ms / 1000
+        elif loop.time() >= deadline:
+            message = (
+                f"partition {span.topic}-{span.partition}: cannot read offsets [{position}, "
+                f"{span.until_offset}) within kafkaConsumer.pollTimeoutMs="
+                f"{options.poll_timeout_ms}; some data may have been lost"
+            )
+            if options.fail_on_data_loss:
+                raise DataLossError(message)
+            return None
+    return None
+
+
+class _Planning:
+    """What the batch and the streaming reader share: options and the driver's look-ups.
+    Pickled to the tasks, which need only the options."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    @property
+    def offsets(self) -> OffsetReader:
+        return OffsetReader(self.options)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, OffsetRange):
+            return iter(())  # nothing to read: Spark still runs one task, with no range
+        return read_range(self.options, partition)
+
+
+class FjordBatchReader(_Planning, DataSourceReader):
+    """A batch query: startingOffsets to endingOffsets, resolved once when Spark plans it."""
+
+    def partitions(self) -> list[OffsetRange]:
+        reader = self.offsets
+        tps = reader.partitions()
+        start = reader.resolve(self.options.starting, tps, "startingOffsets")
+        end = reader.resolve(self.options.ending, tps, "endingOffsets")
+        start = check_no_data_loss(start, reader.earliest(tps), end, self.options.fail_on_data_loss)
+        for tp in tps:
+            if start[tp] > end[tp]:
+                raise ValueError(
+                    f"partition {tp.topic}-{tp.partition}: its starting offset {start[tp]} is "
+                    f"past its ending offset {end[tp]}"
+                )
+        return plan_ranges(start, end, self.options.min_partitions)
+
+
+class FjordStreamReader(_Planning, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A streaming query. Its offsets are Spark's checkpoint JSON; partitions that appear
+    later (new partitions, or new topics matching the pattern) are read from offset 0."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        super().__init__(options)
+        self._available_now: Offsets | None = None
+
+    def initialOffset(self) -> dict:
+        reader = self.offsets
+        tps = reader.partitions()
+        return to_json(reader.resolve(self.options.starting, tps, "startingOffsets"))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_offsets_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        reader = self.offsets
+        self._available_now = reader.latest(reader.partitions())
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        reader = self.offsets
+        begin = from_json(start)
+        if self._available_now is not None:
+            end = dict(self._available_now)
+        else:
+            tps = reader.partitions()
+            gone = missing_partitions(begin, tps)
+            if gone and self.options.fail_on_data_loss:
+                raise DataLossError(
+                    f"partition {gone[0].topic}-{gone[0].partition} is gone (its topic was "
+                    f"deleted); set failOnDataLoss=false to go on without it"
+                )
+            end = reader.latest(tps)
+        # Partitions that were read keep at least their start (an end that went backwards is
+        # a truncated or recreated partition: data loss, found by the read).
+        end = {tp: max(offset, begin.get(tp, 0)) for tp, offset in end.items()}
+        if isinstance(limit, ReadMaxRows):
+            end = rate_limit(begin, end, limit.max_rows)
+        return to_json(end)
+
+    def reportLatestOffset(self) -> dict | None:
+        reader = self.offsets
+        return to_json(reader.latest(reader.partitions()))
+
+    def partitions(self, start: dict, end: dict) -> list[OffsetRange]:
+        begin, until = from_json(start), from_json(end)
+        reader = self.offsets
+        new = [tp for tp in until if tp not in begin]
+        begin |= dict.fromkeys(new, 0)
+        earliest = reader.earliest(until)
+        begin = check_no_data_loss(
+            {tp: begin[tp] for tp in until}, earliest, until, self.options.fail_on_data_loss
+        )
+        return plan_ranges(begin, until, self.options.min_partitions)
+
+    def commit(self, end: dict) -> None:
+        """Offsets live in Spark's checkpoint; nothing is committed to Kafka."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options, "_available_now": None}
+
+
+__all__ = ["FjordBatchReader", "FjordStreamReader", "SCHEMA", "HEADERS_SCHEMA", "DataLossError"]
