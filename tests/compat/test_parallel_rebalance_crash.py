@@ -119,21 +119,7 @@ def uncommitted(logs: OffsetAndMetadata | None):
     )
 
 
-# Known bug, open on issue 13: under the classic protocol a restarted worker sometimes commits
-# past a span it never handed out (seen: offsets 2580-2619 of a partition unprocessed, the
-# commit at 2650 with no gap left), in about one run of three on a loaded 2-core machine, with
-# the compiled record parser and with Python's. Not strict: the run that passes still checks
-# everything else.
-KNOWN_SKIPPED_SPAN = pytest.mark.xfail(
-    reason="issue 13: a take-over under the classic protocol can commit past a span never "
-    "handed out",
-    strict=False,
-)
-
-
-@pytest.mark.parametrize(
-    "protocol", [pytest.param("classic", marks=KNOWN_SKIPPED_SPAN), "consumer"]
-)
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_parallel_consumer_killed_while_gaps_are_open(make_broker_process, tmp_path, protocol):
     broker = make_broker_process(*FAST_GROUP_OVERRIDES).start()
     topic, group = topic_name("parallel-crash"), topic_name("g")

@@ -246,13 +246,23 @@ class Fetcher:
             # A buffered fetch has records to take; one that ends at a corrupt entry is done
             # there, and fetching from the entry again raises its error.
             records = fetch.records.take(max_records - taken)
-            if state.stop_offset is not None:
-                records = [r for r in records if r.offset < state.stop_offset]
+            stop = state.stop_offset
+            past_stop = stop is not None and bool(records) and records[-1].offset >= stop
+            if past_stop:
+                records = [r for r in records if r.offset < stop]
             if records:
                 out[tp] = records
                 taken += len(records)
                 fetch.position = records[-1].offset + 1
-            if fetch.records.done:
+            if past_stop:
+                # The range is read to its stop, and the records past it are taken out of the
+                # buffer: what is left there must not serve a range that starts at the stop
+                # (it would skip them), so it is dropped and fetched again.
+                assert stop is not None
+                self.forget_buffered(tp)
+                fetch.position = stop
+                self._wake.set()
+            elif fetch.records.done:
                 fetch.position = max(fetch.position, fetch.records.next_offset)
                 del self._completed[tp]
                 self._promote_ahead(tp, fetch)

@@ -21,6 +21,7 @@ from in_process_broker import running_broker
 from broker.client import AdminClient, Consumer
 from broker.client.consumer import ConsumerRebalanceListener
 from broker.client.consumer.fetcher import FetchRequestData
+from broker.client.consumer.subscription_state import EARLIEST, SubscriptionState
 from broker.client.errors import (
     CommitFailedError,
     IllegalStateError,
@@ -511,3 +512,26 @@ async def test_fetches_carry_the_client_rack(bootstrap):
         session = await consumer.client.any_session()
         fetch = consumer.fetcher._request(session, FetchRequestData(0, 0, {}, {}, {}))
         assert fetch.rack_id == "eu-west-1a"
+
+
+async def test_a_range_read_to_its_stop_leaves_nothing_buffered_for_the_next(bootstrap):
+    """A fetcher reading [0, 5) of a batch of 20 takes 0-6 out of its buffer and hands out
+    0-4. The next range, [5, 12), as seed 002's child goes on from one gap to the next, starts
+    at 5: it must get 5 and 6 too, not carry on in the buffer from 7."""
+    topic = await create_topic(bootstrap)
+    produce(bootstrap, topic, 20, linger_ms=100)
+    tp = TP(topic, 0)
+    async with Consumer(bootstrap) as c:
+        ranged = SubscriptionState(EARLIEST)
+        fetcher = c.make_fetcher(ranged)
+        c.add_fetcher(fetcher)
+        fetcher.start()
+        ranged.assign_range(tp, 0, 5)
+        first = await c.getmany(timeout_ms=10_000, max_records=7)
+        assert [r.offset for r in first[tp]] == [0, 1, 2, 3, 4]
+        ranged.assign_range(tp, 5, 12)
+        second: list[int] = []
+        deadline = time.monotonic() + 30
+        while len(second) < 7 and time.monotonic() < deadline:
+            second += [r.offset for r in (await c.getmany(timeout_ms=1000)).get(tp, [])]
+        assert second == list(range(5, 12))
