@@ -32,6 +32,11 @@ router.register("metrics", metrics.MetricsViewSet, basename="metrics")
 # --- jobs (owner: jobs) ---
 router.register("jobs", jobs.JobViewSet, basename="job")
 # --- end jobs ---
+# --- pipelines (owner: pipelines) ---
+from api.views import pipelines  # noqa: E402
+
+router.register("pipelines", pipelines.PipelineViewSet, basename="pipeline")
+# --- end pipelines ---
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -171,6 +171,9 @@ def platform_children(web_port: str, broker_overrides: Sequence[str]) -> list[Ch
         # everybody may use it, as on a broker without an authorizer.
         "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "allow.everyone.if.no.acl.found=true",
+        # The pipelines' exactly-once sink prepares transactions for its driver to commit
+        # (KIP-939); Kafka leaves two-phase commit off by default.
+        "transaction.two.phase.commit.enable=true",
         *broker_overrides,
     ]
     broker_argv = [sys.executable, "-m", "broker"]

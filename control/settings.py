@@ -220,6 +220,7 @@ FJORD_METRICS_RETENTION = int(os.environ.get("FJORD_METRICS_RETENTION", str(24 *
 FJORD_SAMPLER = os.environ.get("FJORD_SAMPLER", "beat" if REDIS_URL else "web")
 CELERY_BEAT_SCHEDULE = {
     "prune-metric-history": {"task": "api.tasks.prune_metric_history", "schedule": 60.0},
+    "check-pipeline-runs": {"task": "pipelines.tasks.check_pipeline_runs", "schedule": 5.0},
 }
 if FJORD_SAMPLER == "beat":
     CELERY_BEAT_SCHEDULE["sample-broker-metrics"] = {
@@ -228,6 +229,11 @@ if FJORD_SAMPLER == "beat":
         # A sample older than the next one is worth nothing.
         "options": {"expires": FJORD_METRICS_INTERVAL},
     }
+
+# Each pipeline's checkpoint and its runs' logs: FJORD_PIPELINES_DIR/<id>/.
+FJORD_PIPELINES_DIR = Path(os.environ.get("FJORD_PIPELINES_DIR", str(VAR_DIR / "pipelines")))
+# A run whose process has not reported for this long is failed (its process died).
+FJORD_PIPELINE_HEARTBEAT_TIMEOUT = float(os.environ.get("FJORD_PIPELINE_HEARTBEAT_TIMEOUT", "30"))
 
 # Exported topics are written here and downloaded through the jobs API.
 FJORD_EXPORT_DIR = Path(os.environ.get("FJORD_EXPORT_DIR", str(VAR_DIR / "exports")))

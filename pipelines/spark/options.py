@@ -32,7 +32,7 @@ class OptionError(ValueError):
 
 
 # Spark's own options, which it passes on to every data source: not ours to check.
-SPARK_OPTIONS = {"path", "checkpointlocation"}
+SPARK_OPTIONS = {"path", "checkpointlocation", "queryname"}
 
 
 def lower(options: Mapping[str, str]) -> dict[str, str]:

@@ -44,6 +44,8 @@ def control_broker(tmp_path_factory):
     proc = BrokerProcess(
         tmp_path_factory.mktemp("control-kafka-logs"),
         f"metrics.listener=http://127.0.0.1:{metrics_port}/metrics",
+        # As `make run`'s broker: the pipelines' exactly-once sink needs it.
+        "transaction.two.phase.commit.enable=true",
     ).start()
     proc.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     yield proc
@@ -68,6 +70,7 @@ def celery_worker(django_db_setup, django_db_blocker, control_broker, tmp_path_f
         name = connection.settings_dict["NAME"]
     export_dir = tmp_path_factory.mktemp("exports")
     import_dir = tmp_path_factory.mktemp("imports")
+    pipelines_dir = tmp_path_factory.mktemp("pipelines")
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "control.settings_test",
@@ -75,6 +78,9 @@ def celery_worker(django_db_setup, django_db_blocker, control_broker, tmp_path_f
         "FJORD_BOOTSTRAP": control_broker.bootstrap,
         "FJORD_EXPORT_DIR": str(export_dir),
         "FJORD_IMPORT_DIR": str(import_dir),
+        "FJORD_PIPELINES_DIR": str(pipelines_dir),
+        # The pipeline processes the worker spawns: two cores, a task tried twice.
+        "FJORD_SPARK_MASTER": "local[2,2]",
         "PYTHONUNBUFFERED": "1",
     }
     proc = subprocess.Popen(
@@ -113,6 +119,7 @@ def celery_worker(django_db_setup, django_db_blocker, control_broker, tmp_path_f
         proc.kill()
         raise RuntimeError("worker did not start:\n" + "".join(output))
     proc.export_dir, proc.import_dir = export_dir, import_dir
+    proc.pipelines_dir = pipelines_dir
     yield proc
     proc.terminate()
     proc.wait(30)
@@ -123,6 +130,7 @@ def worker_settings(settings, broker_settings, celery_worker):
     """The control plane pointed at control_broker and at celery_worker's directories."""
     settings.FJORD_EXPORT_DIR = celery_worker.export_dir
     settings.FJORD_IMPORT_DIR = celery_worker.import_dir
+    settings.FJORD_PIPELINES_DIR = celery_worker.pipelines_dir
     return broker_settings
 
 

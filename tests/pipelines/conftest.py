@@ -4,8 +4,6 @@ with two-phase commit on, which the exactly-once sink needs."""
 from __future__ import annotations
 
 import logging
-import os
-import sys
 
 import pytest
 from broker_process import BrokerProcess
@@ -13,23 +11,10 @@ from broker_process import BrokerProcess
 
 @pytest.fixture(scope="session")
 def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # loopback only, never the machine's address
-    from pyspark.sql import SparkSession
+    from pipelines.spark.session import spark_session
 
-    from pipelines.spark import FjordDataSource
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("fjord-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
+    session = spark_session("fjord-tests", "local[2,2]", **{"spark.sql.shuffle.partitions": "2"})
     session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(FjordDataSource)
     yield session
     session.stop()
     # py4j logs its connections' close from finalizers, after pytest closed the streams.

@@ -1,0 +1,185 @@
+"""A pipeline's process: its streaming query on Spark, and its run's record kept up to date.
+
+The query reads the source read_committed, runs the pipeline's SQL over the view `source` and
+writes the sink topic exactly once (the fjord sink's exactlyOnce mode, transactions named after
+the pipeline). Its checkpoint lives under FJORD_PIPELINES_DIR/<id>/, so a new run resumes where
+the last one stopped or died. Every second the run's row gets Spark's progress and a
+heartbeat; a run set to `stopping` (by the REST API or the console) stops its query and ends
+`stopped`; a query that fails ends `failed` with Spark's error."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from pipelines.models import Pipeline, PipelineRun
+
+POLL_S = 1.0
+
+
+def pipeline_dir(pipeline: Pipeline) -> Path:
+    return Path(settings.FJORD_PIPELINES_DIR) / str(pipeline.pk)
+
+
+def kafka_options() -> dict[str, str]:
+    """The control plane's broker settings as the fjord format's `kafka.*` options."""
+    options = {"kafka.bootstrap.servers": settings.FJORD_BOOTSTRAP}
+    protocol = settings.FJORD_SECURITY_PROTOCOL
+    if protocol != "PLAINTEXT":
+        options["kafka.security.protocol"] = protocol
+    if protocol.startswith("SASL"):
+        options["kafka.sasl.mechanism"] = settings.FJORD_SASL_MECHANISM
+        user = (settings.FJORD_SASL_USERNAME or "").replace('"', '\\"')
+        password = (settings.FJORD_SASL_PASSWORD or "").replace('"', '\\"')
+        options["kafka.sasl.jaas.config"] = f'username="{user}" password="{password}";'
+    if protocol.endswith("SSL"):
+        for option, value in (
+            ("kafka.ssl.ca.location", settings.FJORD_SSL_CAFILE),
+            ("kafka.ssl.certificate.location", settings.FJORD_SSL_CERTFILE),
+            ("kafka.ssl.key.location", settings.FJORD_SSL_KEYFILE),
+        ):
+            if value:
+                options[option] = value
+    return options
+
+
+def source_options(pipeline: Pipeline) -> dict[str, str]:
+    options = {
+        **kafka_options(),
+        "startingOffsets": pipeline.starting_offsets,
+        "kafka.isolation.level": "read_committed",
+        **{key: str(value) for key, value in pipeline.options.items()},
+    }
+    if pipeline.source_pattern:
+        options["subscribePattern"] = pipeline.source_pattern
+    else:
+        options["subscribe"] = ",".join(pipeline.source_topics)
+    return options
+
+
+def sink_options(pipeline: Pipeline) -> dict[str, str]:
+    return {
+        **kafka_options(),
+        "topic": pipeline.sink_topic,
+        "exactlyOnce": "true",
+        "transactionalIdPrefix": pipeline.transactional_id_prefix,
+        "checkpointLocation": str(pipeline_dir(pipeline) / "checkpoint"),
+    }
+
+
+class ProgressTotals:
+    """Spark's progress events folded into a run's totals: each executed batch counted once
+    (an idle trigger reports the next batch's id with no rows, and Spark keeps only the last
+    hundred events)."""
+
+    def __init__(self) -> None:
+        self.last_batch = -1
+
+    def fold(self, run: PipelineRun, progress: list[dict[str, Any]]) -> None:
+        for event in progress:
+            batch = event.get("batchId", -1)
+            if batch <= self.last_batch or "addBatch" not in event.get("durationMs", {}):
+                continue
+            self.last_batch = batch
+            run.batches += 1
+            run.rows_in += max(event.get("numInputRows", 0), 0)
+            run.rows_out += max(event.get("sink", {}).get("numOutputRows", 0), 0)
+        if progress:
+            run.last_progress = progress[-1]
+            run.lag = lag(progress[-1])
+        run.heartbeat_at = timezone.now()
+
+
+def lag(progress: dict[str, Any]) -> dict[str, int]:
+    """Per partition, the source's latest offset minus the end of the last batch."""
+    out = {}
+    for source in progress.get("sources", []):
+        latest, end = offsets(source.get("latestOffset")), offsets(source.get("endOffset"))
+        for topic, partitions in latest.items():
+            for partition, offset in partitions.items():
+                done = end.get(topic, {}).get(partition, 0)
+                out[f"{topic}-{partition}"] = max(0, int(offset) - int(done))
+    return out
+
+
+def offsets(value: Any) -> dict[str, dict[str, int]]:
+    """A source's offsets in a progress event: the fjord source's {"topic": {"0": n}}, as JSON
+    text or already parsed; {} for anything else."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        return {}
+    return value
+
+
+class PipelineProcess:
+    def __init__(self, run: PipelineRun) -> None:
+        self.run = run
+        self.pipeline = run.pipeline
+        self.stop_requested = False
+        self.totals = ProgressTotals()
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.stop_requested = True
+
+    def main(self) -> int:
+        signal.signal(signal.SIGTERM, self.on_signal)
+        signal.signal(signal.SIGINT, self.on_signal)
+        run = self.run
+        run.host, run.pid, run.heartbeat_at = socket.gethostname(), os.getpid(), timezone.now()
+        run.save(update_fields=["host", "pid", "heartbeat_at"])
+        try:
+            self.stream()
+        except Exception as e:  # Spark's errors arrive as many types; each ends the run
+            run.status, run.last_error = PipelineRun.Status.FAILED, str(e)[:10_000]
+        else:
+            run.status = PipelineRun.Status.STOPPED
+        run.stopped_at = timezone.now()
+        run.save()
+        return 0 if run.status == PipelineRun.Status.STOPPED else 1
+
+    def stream(self) -> None:
+        from pipelines.spark.session import spark_session
+
+        pipeline, run = self.pipeline, self.run
+        pipeline_dir(pipeline).mkdir(parents=True, exist_ok=True)
+        spark = spark_session(f"fjord-pipeline-{pipeline.name}")
+        reader = spark.readStream.format("fjord")
+        for key, value in source_options(pipeline).items():
+            reader = reader.option(key, value)
+        reader.load().createOrReplaceTempView("source")
+        writer = spark.sql(pipeline.transformation).writeStream.format("fjord")
+        for key, value in sink_options(pipeline).items():
+            writer = writer.option(key, value)
+        query = writer.trigger(processingTime=f"{pipeline.trigger_interval_ms} milliseconds")
+        query = query.queryName(pipeline.name).start()
+        PipelineRun.objects.filter(pk=run.pk, status=PipelineRun.Status.STARTING).update(
+            status=PipelineRun.Status.RUNNING
+        )
+        try:
+            while query.isActive:
+                query.awaitTermination(POLL_S)
+                run.refresh_from_db(fields=["status"])
+                # Events are dicts holding UUIDs and such: kept as the JSON Spark would write.
+                events = [json.loads(json.dumps(e, default=str)) for e in query.recentProgress]
+                self.totals.fold(run, events)
+                fields = ["heartbeat_at", "last_progress", "batches", "rows_in", "rows_out", "lag"]
+                run.save(update_fields=fields)
+                if self.stop_requested or run.status == PipelineRun.Status.STOPPING:
+                    query.stop()
+            error = query.exception()
+            if error is not None:
+                raise RuntimeError(str(error))
+        finally:
+            spark.stop()

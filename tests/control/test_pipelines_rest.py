@@ -1,0 +1,186 @@
+"""Pipelines through REST: definitions checked as the fjord source checks its options, roles
+and the audit log, and runs end to end: a Celery worker spawns `python -m pipelines.run`, Spark
+copies a topic exactly once through the pipeline's SQL, a stop stops it, a process killed with
+SIGKILL is shown failed, and a restart resumes from the checkpoint."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+from confluent_kafka import Consumer as ConfluentConsumer
+from confluent_kafka import Producer as ConfluentProducer
+from jobs_support import make_topic
+
+from api.models import AuditEntry
+from pipelines import lifecycle
+from pipelines.models import Pipeline, PipelineRun
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def definition(unique, **fields) -> dict:
+    return {
+        "name": unique("pipe"),
+        "source_topics": ["in"],
+        "sink_topic": "out",
+        "transformation": "SELECT key, value FROM source",
+        **fields,
+    }
+
+
+@pytest.mark.django_db
+def test_operators_define_pipelines_and_viewers_read_them(operator_api, viewer_api, unique):
+    created = operator_api.post("/api/v1/pipelines/", definition(unique), format="json")
+    assert created.status_code == 201, created.data
+    pk = created.data["id"]
+    assert created.data["status"] == "new" and created.data["created_by"] == "otto"
+    assert viewer_api.get(f"/api/v1/pipelines/{pk}/").data["sink_topic"] == "out"
+    assert (
+        viewer_api.post("/api/v1/pipelines/", definition(unique), format="json").status_code == 403
+    )
+    changed = operator_api.patch(
+        f"/api/v1/pipelines/{pk}/", {"trigger_interval_ms": 5000}, format="json"
+    )
+    assert changed.status_code == 200 and changed.data["trigger_interval_ms"] == 5000
+    assert viewer_api.get(f"/api/v1/pipelines/{pk}/runs/").data["results"] == []
+    assert operator_api.delete(f"/api/v1/pipelines/{pk}/").status_code == 204
+    assert not Pipeline.objects.filter(pk=pk).exists()
+    actions = list(
+        AuditEntry.objects.filter(resource__startswith="pipeline/").values_list("method", flat=True)
+    )
+    assert sorted(actions) == ["DELETE", "PATCH", "POST"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "fields, field, message",
+    [
+        ({"source_pattern": "in.*"}, "source_topics", "not both"),
+        ({"source_topics": []}, "source_topics", "not both"),
+        ({"starting_offsets": "{oops"}, "starting_offsets", "invalid JSON"),
+        ({"options": {"colour": "blue"}}, "options", "option 'colour': unknown option"),
+        ({"options": {"maxOffsetsPerTrigger": "-3"}}, "options", "must be positive"),
+        ({"sink_topic": "no spaces"}, "sink_topic", "letters, digits"),
+        ({"trigger_interval_ms": 5}, "trigger_interval_ms", "100"),
+    ],
+)
+def test_bad_definitions_are_refused_naming_the_field(operator_api, unique, fields, field, message):
+    response = operator_api.post("/api/v1/pipelines/", definition(unique, **fields), format="json")
+    assert response.status_code == 400
+    assert message in str(response.data[field])
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    producer = ConfluentProducer({"bootstrap.servers": bootstrap})
+    for v in values:
+        producer.produce(topic, v)
+    assert producer.flush(30) == 0
+
+
+class CommittedReader:
+    """A read_committed confluent-kafka consumer of the sink topic, gathering what it reads."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.consumer = ConfluentConsumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"{topic}-reader",
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+            }
+        )
+        self.consumer.subscribe([topic])
+        self.values: list[bytes] = []
+
+    def until(self, count: int, timeout: float = 120) -> list[bytes]:
+        deadline = time.monotonic() + timeout
+        while len(self.values) < count and time.monotonic() < deadline:
+            for message in self.consumer.consume(500, 0.5):
+                if not message.error():
+                    self.values.append(message.value())
+        return sorted(self.values)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def run_state(pk: int) -> str:
+    run = PipelineRun.objects.get(pk=pk)
+    return f"run {pk} is {run.status}: {run.last_error}\n{lifecycle.log_tail(run)}"
+
+
+def wait_run(pk: int, predicate, what: str, timeout: float = 120) -> PipelineRun:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = PipelineRun.objects.get(pk=pk)
+        if predicate(run):
+            return run
+        time.sleep(0.2)
+    raise AssertionError(f"waiting for {what}: {run_state(pk)}")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pipeline_runs_stops_dies_and_resumes_exactly_once(worker_settings, operator_api, unique):
+    bootstrap = worker_settings.bootstrap
+    source, sink = unique("pipe-in"), unique("pipe-out")
+    make_topic(bootstrap, source, 2)
+    make_topic(bootstrap, sink, 1)
+    produce(bootstrap, source, [b"r%d" % i for i in range(100)])
+    created = operator_api.post(
+        "/api/v1/pipelines/",
+        definition(
+            unique,
+            source_topics=[source],
+            sink_topic=sink,
+            starting_offsets="earliest",
+            transformation="SELECT key, upper(cast(value AS string)) AS value FROM source",
+            trigger_interval_ms=200,
+        ),
+        format="json",
+    )
+    pk = created.data["id"]
+    reader = CommittedReader(bootstrap, sink)
+    try:
+        started = operator_api.post(f"/api/v1/pipelines/{pk}/start/")
+        assert started.status_code == 202, started.data
+        assert operator_api.post(f"/api/v1/pipelines/{pk}/start/").status_code == 409
+        copied = reader.until(100)
+        assert copied == sorted(b"R%d" % i for i in range(100)), run_state(started.data["id"])
+        run = wait_run(started.data["id"], lambda r: r.rows_in >= 100, "100 rows in")
+        assert run.status == "running" and run.batches >= 1
+        assert set(run.lag) == {f"{source}-0", f"{source}-1"}
+
+        assert operator_api.post(f"/api/v1/pipelines/{pk}/stop/").status_code == 202
+        run = wait_run(run.pk, lambda r: r.status == "stopped", "stopped")
+        assert run.stopped_at is not None and run.last_error == ""
+        assert operator_api.post(f"/api/v1/pipelines/{pk}/stop/").status_code == 409
+
+        # Killed: the run is failed; started again, it goes on from its checkpoint.
+        second = operator_api.post(f"/api/v1/pipelines/{pk}/start/").data
+        produce(bootstrap, source, [b"s%d" % i for i in range(50)])
+        assert len(reader.until(150)) == 150
+        run = wait_run(second["id"], lambda r: r.pid is not None and r.status == "running", "up")
+        os.kill(run.pid, signal.SIGKILL)
+        # What the beat's check_pipeline_runs does every few seconds, here each poll.
+        run = wait_run(
+            run.pk, lambda r: lifecycle.check_runs() is None or r.status == "failed", "failed"
+        )
+        assert "ended without stopping its query" in run.last_error
+        third = operator_api.post(f"/api/v1/pipelines/{pk}/start/").data
+        produce(bootstrap, source, [b"t%d" % i for i in range(50)])
+        expected = (
+            [b"R%d" % i for i in range(100)]
+            + [b"S%d" % i for i in range(50)]
+            + [b"T%d" % i for i in range(50)]
+        )
+        assert reader.until(200) == sorted(expected)
+        operator_api.post(f"/api/v1/pipelines/{pk}/stop/")
+        wait_run(third["id"], lambda r: r.status == "stopped", "stopped")
+        assert reader.until(201, timeout=2) == sorted(expected)  # nothing written twice
+    finally:
+        reader.close()
+        for run in PipelineRun.objects.filter(status__in=PipelineRun.ACTIVE, pid__isnull=False):
+            os.kill(run.pid, signal.SIGKILL)
