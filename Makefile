@@ -52,11 +52,13 @@ fuzz: $(TEST_STAMP)
 	$(PY) -m pytest -p no:cacheprovider -o timeout=3600 tests/fuzz
 
 # The chaos tests at length: make test runs a short version of each; FJORD_SOAK=1 makes them
-# kill more often for longer (tests/compat/test_parallel_rebalance_crash.py: 30 kills a run).
+# kill more often for longer (tests/compat/test_parallel_rebalance_crash.py: 30 kills a run;
+# tests/pipelines/test_eos_pipeline_crash.py: 8 random kills of the Spark pipeline).
 soak: $(TEST_STAMP)
 	bash tests/services.sh up
 	status=0; FJORD_SOAK=1 $(PY) -m pytest -p no:cacheprovider -o timeout=3600 \
-	  tests/compat/test_parallel_rebalance_crash.py tests/compat/test_eos_copy.py || status=$$?; \
+	  tests/compat/test_parallel_rebalance_crash.py tests/compat/test_eos_copy.py \
+	  tests/pipelines/test_eos_pipeline_crash.py || status=$$?; \
 	  bash tests/services.sh down; exit $$status
 
 clean:

@@ -49,6 +49,7 @@ from broker.client.consumer import Consumer
 from broker.client.errors import KafkaAdminError
 from broker.client.models import NewTopic, TopicPartition
 from broker.client.producer import PreparedTxnState, Producer
+from pipelines.spark.faults import crash_point, fail_task_once
 from pipelines.spark.options import ClientOptions, SinkOptions
 
 DECISIONS_PREFIX = "_fjord_sink_"
@@ -153,6 +154,7 @@ class _Writer:
                 await producer.complete_transaction(left if decided else _mismatch(left))
             producer.begin_transaction()
             rows = await produce_rows(producer, iterator, options.topic)
+            fail_task_once()
             prepared = await producer.prepare_transaction()
         return PreparedPart(rows, prepared.to_json())
 
@@ -204,8 +206,13 @@ async def commit_batch(
             # (settled above, or by this run's tasks); this run's are dropped.
             await complete_all(options.client, prepared, commit=False)
             return
+        crash_point("before-decision")
         await write_decision(options, batch_id, prepared)
-    await complete_all(options.client, prepared, commit=True)
+        crash_point("after-decision")
+    await complete_all(options.client, prepared[:1], commit=True)
+    crash_point("after-first-commit")
+    await complete_all(options.client, prepared[1:], commit=True)
+    crash_point("after-commits")
 
 
 async def complete_all(client: ClientOptions, states: list[PreparedTxnState], commit: bool) -> None:
