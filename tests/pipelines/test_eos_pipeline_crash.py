@@ -14,7 +14,6 @@ record exactly once, and no transaction of the pipeline is left open. `make soak
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import signal
@@ -30,9 +29,9 @@ import pytest
 from confluent_kafka import Consumer as ConfluentConsumer
 from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka import TopicPartition as ConfluentTopicPartition
+from test_spark_sink import open_transactions
 from test_spark_source import create_topic
 
-from broker.client import AdminClient
 from pipelines.spark.faults import CRASH_STEPS
 
 RECORDS = 100_000
@@ -153,15 +152,6 @@ def read_all_committed(bootstrap: str, topic: str) -> Counter[bytes]:
             break
     consumer.close()
     return values
-
-
-def open_transactions(bootstrap: str, prefix: str) -> list[str]:
-    async def listed() -> list[str]:
-        async with AdminClient(bootstrap) as admin:
-            found = await admin.list_transactions(states=("Ongoing",))
-        return [t.transactional_id for t in found if t.transactional_id.startswith(prefix)]
-
-    return asyncio.run(listed())
 
 
 def test_pipeline_killed_at_every_commit_step_and_at_random_copies_exactly_once(
