@@ -6,6 +6,7 @@ from rest_framework import serializers
 
 from pipelines.models import Pipeline, PipelineRun
 from pipelines.spark.options import OptionError, source_options
+from pipelines.sql import TransformationError, check_transformation
 
 
 class PipelineRunSerializer(serializers.ModelSerializer):
@@ -95,8 +96,14 @@ class PipelineSerializer(serializers.ModelSerializer):
         else:
             given["subscribe"] = ",".join(merged["source_topics"])
         try:
-            source_options(given, streaming=True)
+            checked = source_options(given, streaming=True)
         except OptionError as e:
             field = "starting_offsets" if e.option == "startingOffsets" else "options"
             raise serializers.ValidationError({field: str(e)}) from None
+        if "transformation" in data or self.instance is None or "options" in data:
+            sql = data.get("transformation", getattr(self.instance, "transformation", ""))
+            try:
+                check_transformation(sql, checked.include_headers)
+            except TransformationError as e:
+                raise serializers.ValidationError({"transformation": str(e)}) from None
         return data

@@ -4,12 +4,16 @@ interpreter, and the fjord format registered."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
 from pyspark.sql import SparkSession
 
 from pipelines.spark.datasource import FjordDataSource
+
+# py4j logs every connection it closes at INFO, from finalizers too, after logging is shut down.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 # local[N,F]: F attempts a task, so that a failed task is retried in local mode as on a cluster.
 DEFAULT_MASTER = "local[*,4]"

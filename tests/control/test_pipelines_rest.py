@@ -65,6 +65,14 @@ def test_operators_define_pipelines_and_viewers_read_them(operator_api, viewer_a
         ({"options": {"maxOffsetsPerTrigger": "-3"}}, "options", "must be positive"),
         ({"sink_topic": "no spaces"}, "sink_topic", "letters, digits"),
         ({"trigger_interval_ms": 5}, "trigger_interval_ms", "100"),
+        ({"transformation": "SELECT nope FROM source"}, "transformation", "`nope` cannot be"),
+        ({"transformation": "SELEKT 1"}, "transformation", "PARSE_SYNTAX_ERROR"),
+        ({"transformation": "SELECT key FROM source"}, "transformation", "'value' column"),
+        (
+            {"transformation": "SELECT headers, value FROM source"},
+            "transformation",
+            "`headers` cannot be",
+        ),
     ],
 )
 def test_bad_definitions_are_refused_naming_the_field(operator_api, unique, fields, field, message):

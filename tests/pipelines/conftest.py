@@ -3,8 +3,6 @@ with two-phase commit on, which the exactly-once sink needs."""
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 from broker_process import BrokerProcess
 
@@ -17,8 +15,6 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
-    # py4j logs its connections' close from finalizers, after pytest closed the streams.
-    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")
