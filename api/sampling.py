@@ -26,6 +26,7 @@ from django.utils import timezone
 from api import kafka, metrics
 from api.models import MetricSnapshot
 from broker.client import KafkaAdminError
+from pipelines import lifecycle
 
 log = logging.getLogger("fjord.metrics")
 
@@ -57,6 +58,7 @@ def take_sample() -> dict[str, Any]:
         elapsed = (taken_at - previous.taken_at).total_seconds() if usable else None
         data = metrics.summarize(families, previous.data if usable else None, elapsed)
         data["transactions"] = _transactions(data)
+    data["pipelines"] = lifecycle.live_progress()
     data["taken_at"] = taken_at.isoformat()
     MetricSnapshot.objects.create(taken_at=taken_at, data=data)
     return public(data)
@@ -92,7 +94,7 @@ def sample() -> dict[str, Any]:
 # Past this age a sample keeps only its scalar values: the history charts need nothing else,
 # and per-partition offsets and per-API figures would make up most of a day's rows.
 FULL_SAMPLE_SECONDS = 600
-DETAIL_KEYS = ("partitions", "transactions", "requests", "counters")
+DETAIL_KEYS = ("partitions", "transactions", "requests", "counters", "pipelines")
 
 
 def prune() -> int:

@@ -121,3 +121,26 @@ def log_tail(run: PipelineRun) -> str:
             return log.read().decode(errors="replace")
     except OSError:
         return ""
+
+
+def live_progress() -> list[dict]:
+    """The active runs' latest figures, for the dashboards' samples: rates and batch duration
+    from Spark's last progress event, total lag, rows in."""
+    out = []
+    for run in PipelineRun.objects.filter(status__in=PipelineRun.ACTIVE).select_related("pipeline"):
+        progress = run.last_progress or {}
+        out.append(
+            {
+                "pipeline": run.pipeline_id,
+                "name": run.pipeline.name,
+                "run": run.pk,
+                "status": run.status,
+                "batches": run.batches,
+                "rows_in": run.rows_in,
+                "input_rows_per_second": progress.get("inputRowsPerSecond") or 0.0,
+                "processed_rows_per_second": progress.get("processedRowsPerSecond") or 0.0,
+                "batch_duration_ms": progress.get("batchDuration") or 0,
+                "lag": sum(run.lag.values()),
+            }
+        )
+    return out

@@ -8,6 +8,7 @@ from webui.views import (  # one module per console section (topics, security, j
     groups,
     home,
     jobs,
+    pipelines,
     topics,
     transactions,
     users,
@@ -66,4 +67,21 @@ urlpatterns = [
     path("jobs/", jobs.job_list, name="job-list"),
     path("jobs/<uuid:pk>/", jobs.job_detail, name="job-detail"),
     # --- end jobs ---
+    # --- pipelines (owner: pipelines) ---
+    path("pipelines/", pipelines.pipeline_list, name="pipeline-list"),
+    path("pipelines/new/", pipelines.pipeline_create, name="pipeline-create"),
+    path("pipelines/<int:pk>/", pipelines.pipeline_detail, name="pipeline-detail"),
+    path(
+        "pipelines/<int:pk>/start/",
+        pipelines.pipeline_action,
+        {"action": "start"},
+        name="pipeline-start",
+    ),
+    path(
+        "pipelines/<int:pk>/stop/",
+        pipelines.pipeline_action,
+        {"action": "stop"},
+        name="pipeline-stop",
+    ),
+    # --- end pipelines ---
 ]

@@ -100,3 +100,43 @@ def test_live_dashboard_follows_a_transaction(page, platform, screenshot):
     expect(row.locator(".hw")).to_have_text("6")
     expect(row.locator(".lso")).to_have_text("6")
     screenshot("06-dashboard-committed")
+
+
+def test_create_start_watch_and_stop_a_pipeline(page, platform, screenshot):
+    source, sink = "browser-clicks", "browser-clicks-upper"
+    admin = AdminClient({"bootstrap.servers": platform.bootstrap})
+    for name in (source, sink):
+        admin.create_topics([NewTopic(name, 2)])[name].result(30)
+    log_in(page, platform)
+    page.get_by_role("link", name="Pipelines", exact=True).click()
+    page.get_by_role("link", name="New pipeline").click()
+    page.fill("#id_name", "clicks-upper")
+    page.fill("#id_source_topics", source)
+    page.fill("#id_starting_offsets", "earliest")
+    # Checked by Spark before saving: a column the source does not have is refused.
+    page.fill("#id_transformation", "SELECT key, upper(cast(nope AS string)) AS value FROM source")
+    page.fill("#id_sink_topic", sink)
+    page.fill("#id_trigger_interval_ms", "500")
+    page.get_by_role("button", name="Create pipeline").click()
+    expect(page.locator(".field-errors")).to_contain_text("`nope` cannot be resolved")
+    screenshot("07-pipeline-sql-refused")
+    page.fill("#id_transformation", "SELECT key, upper(cast(value AS string)) AS value FROM source")
+    page.get_by_role("button", name="Create pipeline").click()
+    expect(page.get_by_role("heading", name="clicks-upper")).to_be_visible()
+
+    page.get_by_role("button", name="Start").click()
+    producer = Producer({"bootstrap.servers": platform.bootstrap})
+    for i in range(200):
+        producer.produce(source, f"click {i}".encode())
+    producer.flush(30)
+    # Not reloaded: the dashboards' websocket carries the run's progress into the page.
+    expect(page.locator("#pipeline-status")).to_have_text("running", timeout=120_000)
+    expect(page.locator("#pipeline-rows-in")).to_have_text("200", timeout=120_000)
+    screenshot("08-pipeline-running")
+
+    page.get_by_role("button", name="Stop").click()
+    # Still not reloaded: the run's end comes through the page's script too.
+    expect(page.locator("#pipeline-status")).to_have_text("stopped", timeout=120_000)
+    page.reload()
+    expect(page.get_by_role("button", name="Start")).to_be_visible()
+    screenshot("09-pipeline-stopped")
