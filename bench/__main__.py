@@ -1,6 +1,6 @@
 """python -m bench [--only fjord|tansu] [--quick]
-[--groups | --no-groups | --transactions | --fetch-sessions | --client] [--no-transactions]
-[--no-fetch-sessions] [--no-client]
+[--groups | --no-groups | --transactions | --fetch-sessions | --client | --pipelines]
+[--no-transactions] [--no-fetch-sessions] [--no-client] [--no-pipelines]
 
 Starts each broker in turn on this machine, drives both with the same rdkafka_performance
 workload, prints the Fjord/Tansu table and writes it to bench/results/; then measures
@@ -9,7 +9,8 @@ then transactions (Fjord only: transactional against idempotent produce, read_co
 against read_uncommitted consume) and writes latest-transactions.md; then incremental fetch
 sessions (Fjord only: full against incremental fetches of 10 to 10,000 idle partitions) and
 writes latest-fetch_sessions.md; then the client library against aiokafka, kafka-python and
-confluent-kafka on one Fjord broker, and writes latest-client.md.
+confluent-kafka on one Fjord broker, and writes latest-client.md; then an exactly-once Spark
+pipeline against a confluent-kafka transactional copy loop, and writes latest-pipelines.md.
 Exit code 1 when a broker that ran failed, 2 when --only names one that cannot run here.
 """
 
@@ -32,6 +33,7 @@ from bench import (
     fetch_sessions,
     groups,
     loadgen,
+    pipelines,
     report,
     transactions,
     workload,
@@ -50,7 +52,9 @@ def main() -> int:
         "--fetch-sessions", action="store_true", help="only the incremental fetch sessions part"
     )
     part.add_argument("--client", action="store_true", help="only the client library part")
+    part.add_argument("--pipelines", action="store_true", help="only the Spark pipelines part")
     parser.add_argument("--no-client", action="store_true", help="skip the client library part")
+    parser.add_argument("--no-pipelines", action="store_true", help="skip the pipelines part")
     parser.add_argument("--no-transactions", action="store_true", help="skip transactions")
     parser.add_argument(
         "--no-fetch-sessions", action="store_true", help="skip incremental fetch sessions"
@@ -64,6 +68,8 @@ def main() -> int:
         return _fetch_sessions(args)
     if args.client:
         return _client(args)
+    if args.pipelines:
+        return _pipelines(args)
     code = 0 if args.groups else _throughput(args)
     if code == 2:
         return code
@@ -72,6 +78,7 @@ def main() -> int:
         print(f"== transactions: not run, {transactions.REFERENCE_NOTE}")
         print(f"== fetch sessions: not run, {fetch_sessions.REFERENCE_NOTE}")
         print(f"== client: not run, {client.REFERENCE_NOTE}")
+        print(f"== pipelines: not run, {pipelines.REFERENCE_NOTE}")
         return code
     if not args.no_groups:
         code = max(code, _groups(args))
@@ -83,6 +90,8 @@ def main() -> int:
         code = max(code, _fetch_sessions(args))
     if not args.no_client:
         code = max(code, _client(args))
+    if not args.no_pipelines:
+        code = max(code, _pipelines(args))
     return code
 
 
@@ -147,6 +156,10 @@ def _fetch_sessions(args: argparse.Namespace) -> int:
 
 def _client(args: argparse.Namespace) -> int:
     return _fjord_part(args, "client library", "client", client, only=args.client)
+
+
+def _pipelines(args: argparse.Namespace) -> int:
+    return _fjord_part(args, "pipelines", "pipelines", pipelines, only=args.pipelines)
 
 
 def _fjord_part(args: argparse.Namespace, title: str, key: str, part, *, only: bool) -> int:

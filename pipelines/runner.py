@@ -21,6 +21,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from pipelines.models import Pipeline, PipelineRun
+from pipelines.spark.options import exactly_once
 
 POLL_S = 1.0
 
@@ -68,10 +69,12 @@ def source_options(pipeline: Pipeline) -> dict[str, str]:
 def sink_options(pipeline: Pipeline) -> dict[str, str]:
     return {
         **kafka_options(),
-        "topic": pipeline.sink_topic,
-        "exactlyOnce": "true",
-        "transactionalIdPrefix": pipeline.transactional_id_prefix,
-        "checkpointLocation": str(pipeline_dir(pipeline) / "checkpoint"),
+        **exactly_once(
+            settings.FJORD_BOOTSTRAP,
+            pipeline.sink_topic,
+            pipeline.transactional_id_prefix,
+            str(pipeline_dir(pipeline) / "checkpoint"),
+        ),
     }
 
 
@@ -151,17 +154,13 @@ class PipelineProcess:
 
     def stream(self) -> None:
         from pipelines.spark.session import spark_session
+        from pipelines.spark.streams import read_stream, write_stream
 
         pipeline, run = self.pipeline, self.run
         pipeline_dir(pipeline).mkdir(parents=True, exist_ok=True)
         spark = spark_session(f"fjord-pipeline-{pipeline.name}")
-        reader = spark.readStream.format("fjord")
-        for key, value in source_options(pipeline).items():
-            reader = reader.option(key, value)
-        reader.load().createOrReplaceTempView("source")
-        writer = spark.sql(pipeline.transformation).writeStream.format("fjord")
-        for key, value in sink_options(pipeline).items():
-            writer = writer.option(key, value)
+        read_stream(spark, source_options(pipeline)).createOrReplaceTempView("source")
+        writer = write_stream(spark.sql(pipeline.transformation), sink_options(pipeline))
         query = writer.trigger(processingTime=f"{pipeline.trigger_interval_ms} milliseconds")
         query = query.queryName(pipeline.name).start()
         PipelineRun.objects.filter(pk=run.pk, status=PipelineRun.Status.STARTING).update(

@@ -421,3 +421,14 @@ def sink_options(given: Mapping[str, str]) -> SinkOptions:
     if prefix is not None and not exactly_once:
         raise OptionError("transactionalIdPrefix", "is for exactlyOnce=true only")
     return SinkOptions(client, options.get("topic") or None, exactly_once, prefix)
+
+
+def exactly_once(bootstrap: str, topic: str, prefix: str, checkpoint: str) -> dict[str, str]:
+    """The sink's options for an exactly-once copy into `topic`."""
+    return {
+        "kafka.bootstrap.servers": bootstrap,
+        "topic": topic,
+        "exactlyOnce": "true",
+        "transactionalIdPrefix": prefix,
+        "checkpointLocation": checkpoint,
+    }

@@ -24,6 +24,7 @@ def spark_session(app_name: str, master: str | None = None, **conf: str) -> Spar
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
     builder = builder.config("spark.ui.enabled", "false")
+    builder = builder.config("spark.ui.showConsoleProgress", "false")
     if master.startswith("local"):
         # One machine: the driver stays on loopback instead of the first interface's address.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -13,32 +13,26 @@ MAX_OFFSETS = 10_000
 
 
 def main(bootstrap: str, source: str, sink: str, prefix: str, checkpoint: str) -> None:
+    from pipelines.spark.options import exactly_once
     from pipelines.spark.session import spark_session
+    from pipelines.spark.streams import read_stream, write_stream
 
     # The sink's crash hook kills this process group, JVM and workers included.
     os.environ["FJORD_SINK_CRASH_PGID"] = str(os.getpgid(0))
 
     spark = spark_session("eos-pipeline", "local[2,2]", **{"spark.sql.shuffle.partitions": "2"})
-    copied = (
-        spark.readStream.format("fjord")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", source)
-        .option("startingOffsets", "earliest")
-        .option("kafka.isolation.level", "read_committed")
-        .option("maxOffsetsPerTrigger", str(MAX_OFFSETS))
-        .load()
-        .selectExpr("key", "concat(cast(value AS string), '!') AS value")
+    source_options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribe": source,
+        "startingOffsets": "earliest",
+        "kafka.isolation.level": "read_committed",
+        "maxOffsetsPerTrigger": str(MAX_OFFSETS),
+    }
+    copied = read_stream(spark, source_options).selectExpr(
+        "key", "concat(cast(value AS string), '!') AS value"
     )
-    query = (
-        copied.writeStream.format("fjord")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("topic", sink)
-        .option("exactlyOnce", "true")
-        .option("transactionalIdPrefix", prefix)
-        .option("checkpointLocation", checkpoint)
-        .trigger(processingTime="100 milliseconds")
-        .start()
-    )
+    sink_options = exactly_once(bootstrap, sink, prefix, checkpoint)
+    query = write_stream(copied, sink_options).trigger(processingTime="100 milliseconds").start()
     print("pipeline started", flush=True)
     query.awaitTermination()
 
