@@ -233,7 +233,7 @@ if FJORD_SAMPLER == "beat":
 # Each pipeline's checkpoint and its runs' logs: FJORD_PIPELINES_DIR/<id>/.
 FJORD_PIPELINES_DIR = Path(os.environ.get("FJORD_PIPELINES_DIR", str(VAR_DIR / "pipelines")))
 # A run whose process has not reported for this long is failed (its process died).
-FJORD_PIPELINE_HEARTBEAT_TIMEOUT = float(os.environ.get("FJORD_PIPELINE_HEARTBEAT_TIMEOUT", "30"))
+FJORD_PIPELINE_HEARTBEAT_TIMEOUT = float(os.environ.get("FJORD_PIPELINE_HEARTBEAT_TIMEOUT", "120"))
 
 # Exported topics are written here and downloaded through the jobs API.
 FJORD_EXPORT_DIR = Path(os.environ.get("FJORD_EXPORT_DIR", str(VAR_DIR / "exports")))

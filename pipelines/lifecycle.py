@@ -102,7 +102,9 @@ def check_runs() -> list[PipelineRun]:
     failed = []
     for run in PipelineRun.objects.filter(status__in=PipelineRun.ACTIVE):
         gone = run.pid is not None and run.host == host and not alive(run.pid)
-        if gone or (run.heartbeat_at is not None and run.heartbeat_at < silent_since):
+        # No heartbeat at all: no worker ever spawned its process.
+        last_heard = run.heartbeat_at or run.started_at
+        if gone or last_heard < silent_since:
             changed = PipelineRun.objects.filter(pk=run.pk, status=run.status).update(
                 status=PipelineRun.Status.FAILED,
                 stopped_at=timezone.now(),

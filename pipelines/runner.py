@@ -9,6 +9,7 @@ heartbeat; a run set to `stopping` (by the REST API or the console) stops its qu
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -126,6 +127,21 @@ def offsets(value: Any) -> dict[str, dict[str, int]]:
     return value
 
 
+def settle_transactions(pipeline: Pipeline) -> None:
+    """A stopped or failed query can leave prepared transactions, which never time out and
+    hold back the sink topic's last stable offset: settled by the last decision, once no task
+    of the pipeline runs any more (after its run, and before the pipeline is deleted)."""
+    from pipelines.spark.options import sink_options as parse_sink_options
+    from pipelines.spark.sink import last_decision, settle_open_transactions
+
+    options = parse_sink_options(sink_options(pipeline))
+
+    async def settle() -> None:
+        await settle_open_transactions(options, await last_decision(options))
+
+    asyncio.run(settle())
+
+
 class PipelineProcess:
     def __init__(self, run: PipelineRun) -> None:
         self.run = run
@@ -142,15 +158,20 @@ class PipelineProcess:
         run = self.run
         run.host, run.pid, run.heartbeat_at = socket.gethostname(), os.getpid(), timezone.now()
         run.save(update_fields=["host", "pid", "heartbeat_at"])
+        status, error = PipelineRun.Status.STOPPED, ""
         try:
             self.stream()
         except Exception as e:  # Spark's errors arrive as many types; each ends the run
-            run.status, run.last_error = PipelineRun.Status.FAILED, str(e)[:10_000]
-        else:
-            run.status = PipelineRun.Status.STOPPED
-        run.stopped_at = timezone.now()
-        run.save()
-        return 0 if run.status == PipelineRun.Status.STOPPED else 1
+            status, error = PipelineRun.Status.FAILED, str(e)[:10_000]
+        try:
+            settle_transactions(self.pipeline)
+        except Exception as e:  # the next run settles them: said, not fatal
+            error = f"{error}\nopen transactions left for the next run: {e}".strip()
+        # Unless the run was failed meanwhile (check_runs), whose verdict stands.
+        PipelineRun.objects.filter(pk=run.pk, status__in=PipelineRun.ACTIVE).update(
+            status=status, last_error=error, stopped_at=timezone.now()
+        )
+        return 0 if status == PipelineRun.Status.STOPPED else 1
 
     def stream(self) -> None:
         from pipelines.spark.session import spark_session
@@ -175,7 +196,9 @@ class PipelineProcess:
                 self.totals.fold(run, events)
                 fields = ["heartbeat_at", "last_progress", "batches", "rows_in", "rows_out", "lag"]
                 run.save(update_fields=fields)
-                if self.stop_requested or run.status == PipelineRun.Status.STOPPING:
+                # Asked to stop, or failed meanwhile (silent too long): a second run may start.
+                live = (PipelineRun.Status.STARTING, PipelineRun.Status.RUNNING)
+                if self.stop_requested or run.status not in live:
                     query.stop()
             error = query.exception()
             if error is not None:

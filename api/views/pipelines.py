@@ -10,9 +10,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api import audit
+from api.kafka import BrokerUnavailable
 from api.serializers.pipelines import PipelineRunSerializer, PipelineSerializer
+from broker.client import KafkaAdminError
 from pipelines import lifecycle
 from pipelines.models import Pipeline, PipelineRun
+from pipelines.runner import settle_transactions
 
 
 class PipelineViewSet(viewsets.ModelViewSet):
@@ -35,6 +38,12 @@ class PipelineViewSet(viewsets.ModelViewSet):
         if lifecycle.active_run(instance) is not None:
             raise ValidationError({"status": "stop the pipeline before deleting it"})
         audit.note(self.request, resource=f"pipeline/{instance.name}")
+        if instance.runs.exists():
+            # Nothing of it may stay prepared: no run would ever settle it after this.
+            try:
+                settle_transactions(instance)
+            except (OSError, KafkaAdminError) as e:
+                raise BrokerUnavailable(f"could not settle the pipeline's transactions: {e}") from e
         instance.delete()
 
     def _state_change(

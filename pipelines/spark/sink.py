@@ -6,14 +6,16 @@ acks=all) and flushes; a retried task or a replayed micro-batch writes its rows 
 With exactlyOnce=true every micro-batch's rows are written once, seen by read_committed
 consumers (KIP-939 two-phase commit):
 
-1. Each task writes its rows in a transaction of its own, `<prefix>-<task partition>`, that it
-   prepares but does not commit; the prepared state (transactional id, producer id, epoch)
-   goes to the driver in the task's commit message.
+1. Each task writes its rows in a transaction of its own, `<prefix>-<task partition>-<attempt>`,
+   that it prepares but does not commit; the prepared state (transactional id, producer id,
+   epoch) goes to the driver in the task's commit message.
 2. The driver's commit(messages, batchId) first writes the batch's decision, the batch id and
    every prepared state, to the sink's compacted topic `_fjord_sink_<prefix>` (acks=all), then
    commits each prepared transaction from its state.
 3. A batch Spark replays (its driver died after step 2 began, before Spark's commit log had it)
-   finds its decision already written: what the replay's tasks prepared is aborted.
+   finds its decision already written: what the replay's tasks prepared is aborted. When the
+   commit fails after the decision (Spark then calls abort), abort commits what the decision
+   names. Decisions past the batch belong to another checkpoint: the query is refused.
 4. What a dead driver left open is settled by the last decision: committed if it names it,
    aborted otherwise. A task settles what its own transactional id left (InitProducerId with
    keepPreparedTxn) before it writes; the driver's commit settles the ids no task of its batch
@@ -24,14 +26,16 @@ settled when a writer is made: only a task, before it writes, and a commit, befo
 
 So a driver may die between any two steps: before the decision its batch's transactions are
 aborted and the batch replays; after it, they are committed and the replay is dropped. A task
-that dies is retried, its earlier attempt's transaction settled (aborted: undecided) by the
-retry. A broker that dies loses nothing acknowledged: the decision and the prepared data are
+that dies is retried under a new attempt number; its earlier attempt's transaction, undecided,
+is aborted by the next commit (as is a zombie attempt's). A batch query (no batch id) writes
+no decision: a driver that dies between its commits leaves part of it committed. A broker that dies loses nothing acknowledged: the decision and the prepared data are
 written with acks=all, and prepared transactions survive a broker restart and never time out."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
@@ -53,6 +57,7 @@ from pipelines.spark.faults import crash_point, fail_task_once
 from pipelines.spark.options import ClientOptions, SinkOptions
 
 DECISIONS_PREFIX = "_fjord_sink_"
+DECISION_READ_TIMEOUT_S = 60
 BATCH_ID = "streaming.sql.batchId"  # the local property Spark's micro-batches set
 
 
@@ -140,7 +145,11 @@ class _Writer:
             async with producer_for(options.client) as producer:
                 return PreparedPart(await produce_rows(producer, iterator, options.topic))
         context = TaskContext.get()
-        transactional_id = f"{options.transactional_id_prefix}-{context.partitionId()}"
+        # An attempt of its own: a zombie attempt of the same task (speculation, a lost
+        # executor still running) cannot abort the one Spark keeps.
+        transactional_id = (
+            f"{options.transactional_id_prefix}-{context.partitionId()}-{context.attemptNumber()}"
+        )
         async with producer_for(
             options.client,
             transactional_id=transactional_id,
@@ -162,9 +171,9 @@ class _Writer:
         if self.options.exactly_once:
             asyncio.run(commit_batch(self.options, messages, batch_id))
 
-    def _abort(self, messages: list[PreparedPart | None]) -> None:
+    def _abort(self, messages: list[PreparedPart | None], batch_id: int | None) -> None:
         if self.options.exactly_once:
-            asyncio.run(complete_all(self.options.client, _prepared(messages), commit=False))
+            asyncio.run(abort_batch(self.options, messages, batch_id))
 
 
 class FjordBatchWriter(_Writer, DataSourceArrowWriter):
@@ -172,7 +181,7 @@ class FjordBatchWriter(_Writer, DataSourceArrowWriter):
         self._commit(messages, None)
 
     def abort(self, messages: list[PreparedPart | None]) -> None:  # type: ignore[override]
-        self._abort(messages)
+        self._abort(messages, None)
 
 
 class FjordStreamWriter(_Writer, DataSourceStreamArrowWriter):
@@ -180,7 +189,7 @@ class FjordStreamWriter(_Writer, DataSourceStreamArrowWriter):
         self._commit(messages, batchId)
 
     def abort(self, messages: list[PreparedPart | None], batchId: int) -> None:  # type: ignore[override]
-        self._abort(messages)
+        self._abort(messages, batchId)
 
 
 def _prepared(messages: list[PreparedPart | None]) -> list[PreparedTxnState]:
@@ -201,7 +210,14 @@ async def commit_batch(
     last = await last_decision(options)
     await settle_open_transactions(options, last, skip={s.transactional_id for s in prepared})
     if batch_id is not None:
-        if last is not None and last[0] >= batch_id:
+        if last is not None and last[0] > batch_id:
+            # Spark replays only its last batch: decisions past it are another checkpoint's.
+            raise RuntimeError(
+                f"the fjord sink's decisions for transactionalIdPrefix "
+                f"{options.transactional_id_prefix} are at batch {last[0]}, past this query's "
+                f"batch {batch_id}: a query with a new checkpoint needs a new prefix"
+            )
+        if last is not None and last[0] == batch_id:
             # A replay of a batch already decided: its first run's transactions are committed
             # (settled above, or by this run's tasks); this run's are dropped.
             await complete_all(options.client, prepared, commit=False)
@@ -209,15 +225,32 @@ async def commit_batch(
         crash_point("before-decision")
         await write_decision(options, batch_id, prepared)
         crash_point("after-decision")
-    await complete_all(options.client, prepared[:1], commit=True)
+    await complete_all(options.client, prepared[:1], commit=True, strict=True)
     crash_point("after-first-commit")
-    await complete_all(options.client, prepared[1:], commit=True)
+    await complete_all(options.client, prepared[1:], commit=True, strict=True)
     crash_point("after-commits")
 
 
-async def complete_all(client: ClientOptions, states: list[PreparedTxnState], commit: bool) -> None:
+async def abort_batch(
+    options: SinkOptions, messages: list[PreparedPart | None], batch_id: int | None
+) -> None:
+    """Spark gave up the batch (a task failed, or its commit raised). Once its decision is
+    written the batch is committed whatever failed after: what the decision names is
+    committed, not aborted (Spark's replay will find the decision and drop its own)."""
+    last = await last_decision(options) if batch_id is not None else None
+    if last is not None and last[0] == batch_id:
+        await complete_all(options.client, last[1], commit=True)
+    else:
+        await complete_all(options.client, _prepared(messages), commit=False)
+
+
+async def complete_all(
+    client: ClientOptions, states: list[PreparedTxnState], commit: bool, strict: bool = False
+) -> None:
     """Commit (or abort) each prepared transaction from its state, as another process does:
-    init_transactions(keep_prepared_txn=True), then complete_transaction."""
+    init_transactions(keep_prepared_txn=True), then complete_transaction. `strict`: a state
+    no longer prepared is an error (something aborted a transaction the batch needs), not a
+    transaction settled already."""
     for state in states:
         async with producer_for(
             client,
@@ -225,7 +258,13 @@ async def complete_all(client: ClientOptions, states: list[PreparedTxnState], co
             transaction_two_phase_commit_enable=True,
         ) as producer:
             await producer.init_transactions(keep_prepared_txn=True)
-            if producer.prepared_transaction is not None:
+            held = producer.prepared_transaction
+            if strict and held != state:
+                raise RuntimeError(
+                    f"transaction {state.transactional_id} is no longer the one prepared "
+                    f"({state}, now {held}): its records are lost to this batch"
+                )
+            if held is not None:
                 # A state that does not match (abort) is what complete_transaction aborts.
                 await producer.complete_transaction(state if commit else _mismatch(state))
 
@@ -241,13 +280,13 @@ async def settle_open_transactions(
 ) -> None:
     """Commit the open transactions of the prefix that the last decision names, abort the
     others (left by a driver that died before deciding); those in `skip` are left alone."""
-    prefix = f"{options.transactional_id_prefix}-"
+    own = re.compile(re.escape(options.transactional_id_prefix) + r"-\d+-\d+")
     decided = {s.transactional_id: s for s in last[1]} if last else {}
     async with AdminClient(options.client.bootstrap_servers, options.client.security()) as admin:
         # A prepared transaction is Ongoing for its coordinator (KIP-939 prepares client-side).
         listed = await admin.list_transactions(states=("Ongoing",))
     for t in listed:
-        if not t.transactional_id.startswith(prefix) or t.transactional_id in skip:
+        if not own.fullmatch(t.transactional_id) or t.transactional_id in skip:
             continue
         state = decided.get(t.transactional_id)
         if state is not None:
@@ -291,7 +330,10 @@ async def last_decision(options: SinkOptions) -> tuple[int, list[PreparedTxnStat
             return None
         consumer.seek(tp, end - 1)
         found = None
+        deadline = asyncio.get_running_loop().time() + DECISION_READ_TIMEOUT_S
         while found is None:
+            if asyncio.get_running_loop().time() > deadline:
+                raise RuntimeError(f"could not read the last decision of {tp.topic}")
             for record in (await consumer.getmany(tp, timeout_ms=1000)).get(tp, []):
                 found = json.loads(record.value)
     states = [PreparedTxnState.from_json(json.dumps(s)) for s in found["transactions"]]

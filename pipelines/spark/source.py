@@ -111,29 +111,36 @@ async def _next_records(
     consumer: Consumer, tp: TopicPartition, span: OffsetRange, options: SourceOptions
 ) -> list[ConsumerRecord] | None:
     """The next records of the range, or None past its end. Control batches and aborted
-    transactions move the position without giving records; only a position that does not move
-    for kafkaConsumer.pollTimeoutMs (the offsets are gone) is an error."""
+    transactions move the position without giving records; a position that does not move for
+    kafkaConsumer.pollTimeoutMs is a timeout, as Spark's. Offsets deleted meanwhile are data
+    loss, or under failOnDataLoss=false skipped to the log's start."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + options.poll_timeout_ms / 1000
     while (position := await consumer.position(tp)) < span.until_offset:
         try:
             got = await consumer.getmany(tp, timeout_ms=POLL_SLICE_MS)
         except OffsetOutOfRangeError:
-            got, deadline = {}, loop.time()
+            start = (await consumer.beginning_offsets([tp]))[tp]
+            if options.fail_on_data_loss:
+                raise DataLossError(
+                    f"partition {span.topic}-{span.partition}: offset {position} is no longer in "
+                    f"the log (which now starts at {start}); some data was lost. Set "
+                    f"failOnDataLoss=false to go on from the log's start"
+                ) from None
+            if start >= span.until_offset:
+                return None
+            consumer.seek(tp, max(start, position))
+            continue
         records = [r for r in got.get(tp, ()) if r.offset < span.until_offset]
         if records:
             return records
         if await consumer.position(tp) > position:
             deadline = loop.time() + options.poll_timeout_ms / 1000
         elif loop.time() >= deadline:
-            message = (
+            raise TimeoutError(
                 f"partition {span.topic}-{span.partition}: cannot read offsets [{position}, "
-                f"{span.until_offset}) within kafkaConsumer.pollTimeoutMs="
-                f"{options.poll_timeout_ms}; some data may have been lost"
+                f"{span.until_offset}) within kafkaConsumer.pollTimeoutMs={options.poll_timeout_ms}"
             )
-            if options.fail_on_data_loss:
-                raise DataLossError(message)
-            return None
     return None
 
 
@@ -207,9 +214,13 @@ class FjordStreamReader(_Planning, DataSourceStreamReader, SupportsTriggerAvaila
                     f"deleted); set failOnDataLoss=false to go on without it"
                 )
             end = reader.latest(tps)
-        # Partitions that were read keep at least their start (an end that went backwards is
-        # a truncated or recreated partition: data loss, found by the read).
-        end = {tp: max(offset, begin.get(tp, 0)) for tp, offset in end.items()}
+        for tp, offset in end.items():
+            if offset < begin.get(tp, 0) and self.options.fail_on_data_loss:
+                raise DataLossError(
+                    f"partition {tp.topic}-{tp.partition}: its end went back from "
+                    f"{begin[tp]} to {offset} (truncated, or its topic recreated); some data "
+                    f"may have been lost. Set failOnDataLoss=false to read it from its start"
+                )
         if isinstance(limit, ReadMaxRows):
             end = rate_limit(begin, end, limit.max_rows)
         return to_json(end)
@@ -224,6 +235,8 @@ class FjordStreamReader(_Planning, DataSourceStreamReader, SupportsTriggerAvaila
         new = [tp for tp in until if tp not in begin]
         begin |= dict.fromkeys(new, 0)
         earliest = reader.earliest(until)
+        # A partition whose end went back (failOnDataLoss=false): read anew from its start.
+        begin |= {tp: earliest[tp] for tp in until if begin[tp] > until[tp]}
         begin = check_no_data_loss(
             {tp: begin[tp] for tp in until}, earliest, until, self.options.fail_on_data_loss
         )

@@ -10,7 +10,14 @@ from test_spark_source import create_topic, produce, read_batch, topic_name
 
 from broker.client import AdminClient, Producer
 from pipelines.spark.options import sink_options
-from pipelines.spark.sink import last_decision, settle_open_transactions, write_decision
+from pipelines.spark.sink import (
+    PreparedPart,
+    abort_batch,
+    commit_batch,
+    last_decision,
+    settle_open_transactions,
+    write_decision,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -105,38 +112,75 @@ def test_exactly_once_streaming_copy(spark, eos_broker, tmp_path):
     assert open_transactions(eos_broker.bootstrap, prefix) == []
 
 
-def test_what_a_dead_driver_left_is_settled_by_its_last_decision(spark, eos_broker):
-    """What a driver that died mid-commit leaves: two prepared transactions, the decision
-    naming one of them. The next commit settles them: that one committed, the other aborted."""
-    topic, prefix = topic_name("eos-recover"), topic_name("eos-recover")
-    create_topic(eos_broker.bootstrap, topic)
-    options = sink_options(
+def eos_options(bootstrap: str, topic: str, prefix: str):
+    return sink_options(
         {
-            "kafka.bootstrap.servers": eos_broker.bootstrap,
+            "kafka.bootstrap.servers": bootstrap,
             "topic": topic,
             "exactlyOnce": "true",
             "transactionalIdPrefix": prefix,
         }
     )
 
-    async def prepare(task: int, value: bytes):
-        async with Producer(
-            eos_broker.bootstrap,
-            transactional_id=f"{prefix}-{task}",
-            transaction_two_phase_commit_enable=True,
-        ) as producer:
-            await producer.init_transactions()
-            producer.begin_transaction()
-            await producer.send(topic, value)
-            return await producer.prepare_transaction()
+
+async def prepare(bootstrap: str, topic: str, transactional_id: str, value: bytes):
+    """A task's part: `value` written in a transaction prepared, not committed."""
+    async with Producer(
+        bootstrap, transactional_id=transactional_id, transaction_two_phase_commit_enable=True
+    ) as producer:
+        await producer.init_transactions()
+        producer.begin_transaction()
+        await producer.send(topic, value)
+        return await producer.prepare_transaction()
+
+
+def test_what_a_dead_driver_left_is_settled_by_its_last_decision(spark, eos_broker):
+    """What a driver that died mid-commit leaves: two prepared transactions, the decision
+    naming one of them. The next commit settles them: that one committed, the other aborted."""
+    topic, prefix = topic_name("eos-recover"), topic_name("eos-recover")
+    create_topic(eos_broker.bootstrap, topic)
+    options = eos_options(eos_broker.bootstrap, topic, prefix)
 
     async def died_mid_commit() -> None:
-        decided = await prepare(0, b"decided")
-        await prepare(1, b"undecided")
+        decided = await prepare(eos_broker.bootstrap, topic, f"{prefix}-0-0", b"decided")
+        await prepare(eos_broker.bootstrap, topic, f"{prefix}-1-0", b"undecided")
         await write_decision(options, 7, [decided])
 
     asyncio.run(died_mid_commit())
-    assert open_transactions(eos_broker.bootstrap, prefix) == [f"{prefix}-0", f"{prefix}-1"]
+    assert open_transactions(eos_broker.bootstrap, prefix) == [f"{prefix}-0-0", f"{prefix}-1-0"]
     asyncio.run(settle_open_transactions(options, asyncio.run(last_decision(options))))
     assert open_transactions(eos_broker.bootstrap, prefix) == []
     assert committed_values(spark, eos_broker.bootstrap, topic) == ["decided"]
+
+
+def test_an_abort_after_the_decision_commits_what_it_names(spark, eos_broker):
+    """A commit that raised once the batch's decision was written (a timeout, a coordinator
+    move): Spark calls abort, which must commit, since the replay will find the decision and
+    drop its own records."""
+    topic, prefix = topic_name("eos-abort"), topic_name("eos-abort")
+    create_topic(eos_broker.bootstrap, topic)
+    options = eos_options(eos_broker.bootstrap, topic, prefix)
+
+    async def decided_then_failed() -> None:
+        states = [
+            await prepare(eos_broker.bootstrap, topic, f"{prefix}-{task}-0", b"r%d" % task)
+            for task in range(2)
+        ]
+        await write_decision(options, 3, states)
+        messages = [PreparedPart(1, s.to_json()) for s in states]
+        await abort_batch(options, messages, 3)
+
+    asyncio.run(decided_then_failed())
+    assert committed_values(spark, eos_broker.bootstrap, topic) == ["r0", "r1"]
+    assert open_transactions(eos_broker.bootstrap, prefix) == []
+
+
+def test_decisions_past_the_batch_are_another_checkpoints(eos_broker):
+    """A query started on a new checkpoint with an old prefix: its batch 0 is not a replay of
+    the old query's batch 0 (which would drop it), it is refused."""
+    topic, prefix = topic_name("eos-foreign"), topic_name("eos-foreign")
+    create_topic(eos_broker.bootstrap, topic)
+    options = eos_options(eos_broker.bootstrap, topic, prefix)
+    asyncio.run(write_decision(options, 9, []))
+    with pytest.raises(RuntimeError, match="a query with a new checkpoint needs a new prefix"):
+        asyncio.run(commit_batch(options, [], 2))

@@ -248,3 +248,47 @@ def test_stream_resumes_from_its_checkpoint_and_picks_up_new_partitions(
     seen.clear()
     run_until_caught_up()
     assert sorted(seen) == [(topic, 0, 20), (topic, 1, 0), (topic, 1, 1), (f"{topic}-more", 0, 0)]
+
+
+def test_a_recreated_topic_is_data_loss_for_a_stream(spark, eos_broker, tmp_path):
+    topic = topic_name("src-recreated")
+    create_topic(eos_broker.bootstrap, topic)
+    produce(eos_broker.bootstrap, topic, [{"value": b"old"} for _ in range(10)])
+
+    def run(**options):
+        stream = (
+            spark.readStream.format("fjord")
+            .option("kafka.bootstrap.servers", eos_broker.bootstrap)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+        )
+        for key, value in options.items():
+            stream = stream.option(key, value)
+        seen: list[bytes] = []
+        query = (
+            stream.load()
+            .writeStream.foreachBatch(
+                lambda df, _: seen.extend(bytes(r.value) for r in df.collect())
+            )
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            query.awaitTermination()
+        except Exception as e:  # the query's failure, as Spark raises it
+            return seen, e
+        return seen, None
+
+    assert run() == ([b"old"] * 10, None)
+
+    async def recreate() -> None:
+        async with AdminClient(eos_broker.bootstrap) as admin:
+            await admin.delete_topics([topic])
+            await admin.create_topics([NewTopic(topic, 1)])
+
+    asyncio.run(recreate())
+    produce(eos_broker.bootstrap, topic, [{"value": b"new"} for _ in range(3)])
+    seen, error = run()
+    assert seen == [] and "its end went back from 10 to 3" in str(error)
+    assert run(failOnDataLoss="false") == ([b"new"] * 3, None)
