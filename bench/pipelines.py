@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench.brokers import FJORD, Broker, BrokerError, create_topics, running
-from pipelines.spark.options import exactly_once
+from pipelines.spark.options import exactly_once, read_committed
 from pipelines.spark.streams import read_stream, write_stream
 
 REFERENCE_NOTE = (
@@ -126,13 +126,9 @@ def spark_copy(
     bootstrap = broker.bootstrap
     sink, name = f"bench-out-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex[:8]
     create_topics(broker, PARTITIONS, [sink])
-    source_options = {
-        "kafka.bootstrap.servers": bootstrap,
-        "subscribe": source,
-        "startingOffsets": "earliest",
-        "kafka.isolation.level": "read_committed",
-        "maxOffsetsPerTrigger": str(MAX_OFFSETS),
-    }
+    source_options = read_committed(
+        bootstrap, source, startingOffsets="earliest", maxOffsetsPerTrigger=str(MAX_OFFSETS)
+    )
     read_stream(spark, source_options).createOrReplaceTempView("source")
     sink_options = exactly_once(bootstrap, sink, f"bench-{name}", f"/tmp/fjord-bench-{name}")
     start = time.monotonic()
@@ -217,11 +213,7 @@ def latency(spark, broker: Broker, plan: PipelinePlan) -> dict[str, float]:
     source, sink = f"bench-lat-in-{uuid.uuid4().hex[:8]}", f"bench-lat-out-{uuid.uuid4().hex[:8]}"
     create_topics(broker, PARTITIONS, [source, sink])
     name = uuid.uuid4().hex[:8]
-    source_options = {
-        "kafka.bootstrap.servers": bootstrap,
-        "subscribe": source,
-        "kafka.isolation.level": "read_committed",
-    }
+    source_options = read_committed(bootstrap, source)
     sink_options = exactly_once(bootstrap, sink, f"bench-{name}", f"/tmp/fjord-bench-{name}")
     query = (
         write_stream(read_stream(spark, source_options).select("key", "value"), sink_options)

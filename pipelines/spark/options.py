@@ -432,3 +432,13 @@ def exactly_once(bootstrap: str, topic: str, prefix: str, checkpoint: str) -> di
         "transactionalIdPrefix": prefix,
         "checkpointLocation": checkpoint,
     }
+
+
+def read_committed(bootstrap: str, topic: str, **more: str) -> dict[str, str]:
+    """The source's options for reading `topic`'s committed records."""
+    return {
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribe": topic,
+        "kafka.isolation.level": "read_committed",
+        **more,
+    }

@@ -340,10 +340,18 @@ async def last_decision(options: SinkOptions) -> tuple[int, list[PreparedTxnStat
     return int(found["batch"]), states
 
 
+# Decisions topics this process knows exist: a commit reads and writes its sink's every batch,
+# and a CreateTopics round trip each time would be for nothing (the topic is never deleted).
+_EXISTING: set[str] = set()
+
+
 async def ensure_topic(client: ClientOptions, topic: str) -> None:
+    if topic in _EXISTING:
+        return
     async with AdminClient(client.bootstrap_servers, client.security()) as admin:
         try:
             await admin.create_topics([NewTopic(topic, 1, configs={"cleanup.policy": "compact"})])
         except KafkaAdminError as e:
             if e.name != "TOPIC_ALREADY_EXISTS":
                 raise
+    _EXISTING.add(topic)

@@ -13,7 +13,7 @@ MAX_OFFSETS = 10_000
 
 
 def main(bootstrap: str, source: str, sink: str, prefix: str, checkpoint: str) -> None:
-    from pipelines.spark.options import exactly_once
+    from pipelines.spark.options import exactly_once, read_committed
     from pipelines.spark.session import spark_session
     from pipelines.spark.streams import read_stream, write_stream
 
@@ -21,13 +21,9 @@ def main(bootstrap: str, source: str, sink: str, prefix: str, checkpoint: str) -
     os.environ["FJORD_SINK_CRASH_PGID"] = str(os.getpgid(0))
 
     spark = spark_session("eos-pipeline", "local[2,2]", **{"spark.sql.shuffle.partitions": "2"})
-    source_options = {
-        "kafka.bootstrap.servers": bootstrap,
-        "subscribe": source,
-        "startingOffsets": "earliest",
-        "kafka.isolation.level": "read_committed",
-        "maxOffsetsPerTrigger": str(MAX_OFFSETS),
-    }
+    source_options = read_committed(
+        bootstrap, source, startingOffsets="earliest", maxOffsetsPerTrigger=str(MAX_OFFSETS)
+    )
     copied = read_stream(spark, source_options).selectExpr(
         "key", "concat(cast(value AS string), '!') AS value"
     )
