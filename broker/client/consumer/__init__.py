@@ -208,8 +208,9 @@ class Consumer:
             if self.coordinator is not None:
                 await self.coordinator.close()  # revokes first: auto-commit commits there
         finally:
-            # At once: each waits for its fetch sessions to close.
-            await asyncio.gather(*(fetcher.close() for fetcher in self._fetchers))
+            # At once: each waits for its fetch sessions to close, those with a fetch in
+            # flight through this consumer's own connections.
+            await asyncio.gather(*(fetcher.close(self.client) for fetcher in self._fetchers))
             for client in self._fetch_clients:
                 await client.close()
             await self.client.close()

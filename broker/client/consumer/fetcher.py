@@ -193,7 +193,12 @@ class Fetcher:
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
 
-    async def close(self) -> None:
+    async def close(self, spare: RoutingClient | None = None) -> None:
+        """Stop fetching and close the fetch sessions. A node's connection that carries a fetch
+        still in flight answers a close only after that fetch's long poll (fetch_max_wait_ms):
+        its session is closed through `spare`'s connection instead, if given (a session is
+        not bound to a connection)."""
+        busy = {node for node, targets in self._in_flight.items() if targets}
         tasks = [t for t in [self._task, *self._node_tasks] if t is not None]
         for task in tasks:
             task.cancel()
@@ -202,19 +207,21 @@ class Fetcher:
         # As Kafka's consumer does: each fetch session closed (epoch -1), so that the broker
         # frees its cache slot now rather than when the session would be evicted.
         closing = [
-            self._close_session(node, handler)
+            self._close_session(node, handler, spare if node in busy else None)
             for node, handler in self.sessions.items()
             if handler.session_id != INVALID_SESSION_ID
         ]
         await asyncio.gather(*closing, return_exceptions=True)
         self.sessions.clear()
 
-    async def _close_session(self, node: int, handler: FetchSessionHandler) -> None:
-        session = self.client.open_session(node)
+    async def _close_session(
+        self, node: int, handler: FetchSessionHandler, via: RoutingClient | None
+    ) -> None:
+        session = await via.session(node) if via is not None else self.client.open_session(node)
         if session is None:
             return  # the connection is gone, and the broker forgets the session in time
         closing = FetchRequestData(handler.session_id, FINAL_EPOCH, {}, {}, {})
-        # Answered after the long poll it follows on the connection (fetch_max_wait_ms at
+        # Answered after any long poll it follows on the connection (fetch_max_wait_ms at
         # most): a broker that does not answer by then does not hold close() up any longer.
         timeout_ms = min(self.client.request_timeout_ms, self.fetch_max_wait_ms + 1000)
         await asyncio.wait_for(session.send(self._request(session, closing)), timeout_ms / 1000)

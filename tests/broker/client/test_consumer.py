@@ -507,6 +507,28 @@ async def test_close_closes_the_fetch_session(tmp_path):
         assert len(broker.fetch_sessions) == 0  # freed now, not at its eviction
 
 
+async def test_close_does_not_wait_out_a_long_poll(tmp_path):
+    """A caught-up partition's fetch waits on the broker up to fetch_max_wait_ms, and a close
+    sent behind it on its connection would too: the session is closed through another
+    connection instead, at once (here well before the minute the long poll may take)."""
+    async with running_broker(tmp_path) as (broker, _):
+        bootstrap = "{}:{}".format(*broker.bound["PLAINTEXT"])
+        topic = await create_topic(bootstrap)
+        await asyncio.to_thread(produce, bootstrap, topic, 10)
+        consumer = Consumer(
+            bootstrap,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=60_000,
+            request_timeout_ms=120_000,
+        )
+        async with consumer:
+            consumer.assign([TP(topic, 0)])
+            await read(consumer, 10)
+            await until(lambda: consumer.fetcher._in_flight, "a long poll in flight")
+            await asyncio.wait_for(consumer.close(), 20)
+        assert len(broker.fetch_sessions) == 0
+
+
 async def test_fetches_carry_the_client_rack(bootstrap):
     async with Consumer(bootstrap, client_rack="eu-west-1a") as consumer:
         session = await consumer.client.any_session()
