@@ -1,7 +1,8 @@
-/* The consumer's per-record path in C: record.read_records with the same contract, for the
- * records of an uncompressed or decompressed v2 batch. Python's version stays the reference
- * (and what runs where this module could not be built); tests/broker/test_records_speedup.py
- * checks the two agree on valid and corrupted input alike.
+/* The per-record paths in C: record.read_records (the consumer's) with the same contract, for
+ * the records of an uncompressed or decompressed v2 batch, and record.encode_records (the
+ * producer's). Python's versions stay the reference (and what runs where this module could
+ * not be built); tests/broker/records/test_compiled_records.py checks they agree, on valid and
+ * corrupted input alike.
  *
  * Every read is bounds-checked against the records' region, so a corrupt or hostile batch
  * ends in InvalidRecordError, never in a read past the buffer. */
@@ -243,13 +244,198 @@ done:
     return out;
 }
 
+/* -- encoding ------------------------------------------------------------------------------ */
+
+static Py_ssize_t
+varlong_size(int64_t value)
+{
+    uint64_t z = ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
+    Py_ssize_t n = 1;
+    while (z >= 0x80) {
+        z >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static unsigned char *
+write_varlong(unsigned char *p, int64_t value)
+{
+    uint64_t z = ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
+    while (z >= 0x80) {
+        *p++ = (unsigned char)((z & 0x7F) | 0x80);
+        z >>= 7;
+    }
+    *p++ = (unsigned char)z;
+    return p;
+}
+
+/* A field to write: its bytes (a buffer held until written), or null. */
+typedef struct {
+    Py_buffer view;
+    int held;
+} Field;
+
+static int
+hold(PyObject *object, Field *field)
+{
+    field->held = 0;
+    if (object == Py_None)
+        return 0;
+    if (PyObject_GetBuffer(object, &field->view, PyBUF_SIMPLE) < 0)
+        return -1;
+    field->held = 1;
+    return 0;
+}
+
+static void
+release(Field *field)
+{
+    if (field->held)
+        PyBuffer_Release(&field->view);
+    field->held = 0;
+}
+
+static Py_ssize_t
+field_size(const Field *field)
+{
+    return field->held ? varlong_size(field->view.len) + field->view.len : 1;
+}
+
+static unsigned char *
+write_field(unsigned char *p, const Field *field)
+{
+    if (!field->held)
+        return write_varlong(p, -1);
+    p = write_varlong(p, field->view.len);
+    memcpy(p, field->view.buf, (size_t)field->view.len);
+    return p + field->view.len;
+}
+
+/* One record, (offset delta, timestamp delta, key, value, headers, attributes), appended to
+ * `out` with its length prefix. */
+static int
+encode_record(PyObject *out, PyObject *record)
+{
+    PyObject *fields = PySequence_Fast(record, "a record is a tuple of six fields");
+    if (fields == NULL)
+        return -1;
+    int rc = -1;
+    PyObject *headers = NULL;
+    Field key = {.held = 0}, value = {.held = 0};
+    Field *hvalues = NULL;
+    const char **hkeys = NULL;
+    Py_ssize_t *hkey_sizes = NULL, count = 0;
+    if (PySequence_Fast_GET_SIZE(fields) != 6) {
+        PyErr_SetString(PyExc_ValueError, "a record is a tuple of six fields");
+        goto done;
+    }
+    PyObject **f = PySequence_Fast_ITEMS(fields);
+    int64_t offset_delta = PyLong_AsLongLong(f[0]);
+    int64_t timestamp_delta = PyLong_AsLongLong(f[1]);
+    long attributes = PyLong_AsLong(f[5]);
+    if (PyErr_Occurred() || hold(f[2], &key) < 0 || hold(f[3], &value) < 0)
+        goto done;
+    headers = PySequence_Fast(f[4], "headers are a sequence of (str, bytes) pairs");
+    if (headers == NULL)
+        goto done;
+    count = PySequence_Fast_GET_SIZE(headers);
+    Py_ssize_t body = 1 + varlong_size(timestamp_delta) + varlong_size(offset_delta) +
+                      field_size(&key) + field_size(&value) + varlong_size(count);
+    if (count > 0) {
+        hvalues = PyMem_Calloc((size_t)count, sizeof(Field));
+        hkeys = PyMem_Calloc((size_t)count, sizeof(char *));
+        hkey_sizes = PyMem_Calloc((size_t)count, sizeof(Py_ssize_t));
+        if (hvalues == NULL || hkeys == NULL || hkey_sizes == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(headers, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_ValueError, "a header is a (str, bytes) pair");
+            goto done;
+        }
+        hkeys[i] = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &hkey_sizes[i]);
+        if (hkeys[i] == NULL || hold(PyTuple_GET_ITEM(pair, 1), &hvalues[i]) < 0)
+            goto done;
+        body += varlong_size(hkey_sizes[i]) + hkey_sizes[i] + field_size(&hvalues[i]);
+    }
+    Py_ssize_t start = PyByteArray_GET_SIZE(out);
+    if (PyByteArray_Resize(out, start + varlong_size(body) + body) < 0)
+        goto done;
+    unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(out) + start;
+    p = write_varlong(p, body);
+    *p++ = (unsigned char)(attributes & 0xFF);
+    p = write_varlong(p, timestamp_delta);
+    p = write_varlong(p, offset_delta);
+    p = write_field(p, &key);
+    p = write_field(p, &value);
+    p = write_varlong(p, count);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        p = write_varlong(p, hkey_sizes[i]);
+        memcpy(p, hkeys[i], (size_t)hkey_sizes[i]);
+        p = write_field(p + hkey_sizes[i], &hvalues[i]);
+    }
+    rc = 0;
+done:
+    release(&key);
+    release(&value);
+    for (Py_ssize_t i = 0; hvalues != NULL && i < count; i++)
+        release(&hvalues[i]);
+    PyMem_Free(hvalues);
+    PyMem_Free(hkeys);
+    PyMem_Free(hkey_sizes);
+    Py_XDECREF(headers);
+    Py_DECREF(fields);
+    return rc;
+}
+
+PyDoc_STRVAR(encode_records_doc,
+             "encode_records(out, records)\n\n"
+             "Append length-prefixed records, each (offset delta, timestamp delta, key, value,\n"
+             "headers, attributes), to the bytearray out (see record.encode_records).");
+
+static PyObject *
+encode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "encode_records(out, records)");
+        return NULL;
+    }
+    if (!PyByteArray_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "encode_records appends to a bytearray");
+        return NULL;
+    }
+    PyObject *iterator = PyObject_GetIter(args[1]);
+    if (iterator == NULL)
+        return NULL;
+    PyObject *record;
+    while ((record = PyIter_Next(iterator)) != NULL) {
+        int rc = encode_record(args[0], record);
+        Py_DECREF(record);
+        if (rc < 0) {
+            Py_DECREF(iterator);
+            return NULL;
+        }
+    }
+    Py_DECREF(iterator);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"read_records", (PyCFunction)(void (*)(void))read_records, METH_FASTCALL,
      read_records_doc},
+    {"encode_records", (PyCFunction)(void (*)(void))encode_records, METH_FASTCALL,
+     encode_records_doc},
     {NULL, NULL, 0, NULL},
 };
 
-PyDoc_STRVAR(module_doc, "The consumer's record decoding, compiled (see record.read_records).");
+PyDoc_STRVAR(module_doc, "Record decoding and encoding, compiled (see record.read_records and\n"
+                         "record.encode_records).");
 
 static int
 exec_module(PyObject *module)

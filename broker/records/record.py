@@ -26,30 +26,30 @@ class Record:
     headers: list[Header] = field(default_factory=list)
     attributes: int = 0  # unused by Kafka so far, kept so re-encoding is lossless
 
+    def fields(self) -> RecordFields:
+        """As encode_records takes a record."""
+        return (
+            self.offset_delta,
+            self.timestamp_delta,
+            self.key,
+            self.value,
+            self.headers,
+            self.attributes,
+        )
+
 
 def encode_record(record: Record, out: bytearray) -> None:
     """Append one length-prefixed record to `out`."""
-    encode_records(
-        out,
-        (
-            (
-                record.offset_delta,
-                record.timestamp_delta,
-                record.key,
-                record.value,
-                record.headers,
-                record.attributes,
-            ),
-        ),
-    )
+    encode_records(out, (record.fields(),))
 
 
 RecordFields = tuple[int, int, bytes | None, bytes | None, Sequence[Header], int]
 
 
-def encode_records(out: bytearray, records: Iterable[RecordFields]) -> None:
+def python_encode_records(out: bytearray, records: Iterable[RecordFields]) -> None:
     """Append length-prefixed records given as (offset delta, timestamp delta, key, value,
-    headers, attributes): the producer's per-record path, kept to one loop."""
+    headers, attributes): the producer's per-record path, kept to one loop. The reference for
+    broker/records/_records.c's encode_records, which is what runs where it is built."""
     varint = varint_bytes
     for offset_delta, timestamp_delta, key, value, headers, attributes in records:
         body = bytearray((attributes & 0xFF,))
@@ -185,8 +185,9 @@ def python_read_records(
 
 
 try:
-    from broker.records._records import read_records
+    from broker.records._records import encode_records, read_records
 except ImportError:  # not compiled here
+    encode_records = python_encode_records
     read_records = python_read_records
 
 
