@@ -201,23 +201,28 @@ def plan_ranges(start: Offsets, end: Offsets, min_partitions: int | None) -> lis
 
 
 def rate_limit(start: Offsets, end: Offsets, max_records: int) -> Offsets:
-    """End offsets for reading at most about `max_records` records past `start`, shared among
+    """End offsets for reading at most `max_records` records past `start`, shared among
     partitions in proportion to what each has to read; none is starved (a share below one
-    record rounds up)."""
+    record rounds up). Spark's Kafka source floors every share, so that what the floors leave
+    spills into a micro-batch of a few records of its own; here the records the floors leave go
+    to the largest remainders, and a limit that divides the backlog gives full batches."""
     lags = {tp: until - start.get(tp, 0) for tp, until in end.items()}
     total = sum(lag for lag in lags.values() if lag > 0)
     if total <= max_records:
         return dict(end)
-    limited = {}
-    for tp, until in end.items():
-        lag = lags[tp]
+    steps: dict[TopicPartition, int] = {}
+    remainders: list[tuple[float, TopicPartition]] = []
+    for tp, lag in lags.items():
         if lag <= 0:
-            limited[tp] = until
             continue
         share = max_records * lag / total
-        step = math.ceil(share) if share < 1 else math.floor(share)
-        limited[tp] = min(until, start.get(tp, 0) + step)
-    return limited
+        steps[tp] = math.ceil(share) if share < 1 else math.floor(share)
+        if steps[tp] < lag:
+            remainders.append((share - steps[tp], tp))
+    left = max_records - sum(steps.values())
+    for _, tp in sorted(remainders, key=lambda r: (-r[0], r[1]))[: max(left, 0)]:
+        steps[tp] += 1
+    return {tp: start.get(tp, 0) + steps[tp] if tp in steps else until for tp, until in end.items()}
 
 
 def check_no_data_loss(

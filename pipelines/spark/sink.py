@@ -80,52 +80,82 @@ def check_schema(schema: StructType, options: SinkOptions) -> None:
 
 @dataclass
 class PreparedPart(WriterCommitMessage):
-    """A task's part of a micro-batch: its prepared transaction, as JSON (or None: no rows
-    written in exactly-once mode is still a transaction to settle, plain mode has none)."""
+    """A task's part of a micro-batch: its prepared transaction, as JSON. None in plain mode,
+    and for a task that wrote no rows (a filter can leave none): its transaction stayed empty,
+    which the coordinator never saw and nothing needs to commit."""
 
     rows: int
     prepared: str | None = None
 
 
-def _text(value: object) -> bytes | None:
-    return value.encode() if isinstance(value, str) else value  # type: ignore[return-value]
+def _column(batch: pa.RecordBatch, name: str, as_bytes: bool = False) -> list | None:
+    """A column of the batch as Python values (with `as_bytes`, strings as UTF-8 bytes, cast in
+    Arrow), or None when the batch has no such column."""
+    for i, field in enumerate(batch.schema):
+        if field.name.lower() == name:
+            column = batch.column(i)
+            if as_bytes and pa.types.is_string(field.type):
+                column = column.cast(pa.binary())
+            return column.to_pylist()
+    return None
 
 
 async def produce_rows(
     producer: Producer, batches: Iterator[pa.RecordBatch], topic: str | None
 ) -> int:
+    """Send every row and wait until all are written; raises the first row's error, if any
+    failed (Spark's Kafka sink fails its task likewise)."""
     rows = 0
+    futures = []
+    send = producer.send
     for batch in batches:
-        columns = {
-            name.lower(): batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)
-        }
-        values = columns["value"]
-        keys = columns.get("key") or [None] * len(values)
-        topics = columns.get("topic") or [topic] * len(values)
-        partitions = columns.get("partition") or [None] * len(values)
-        headers = columns.get("headers") or [None] * len(values)
-        for value, key, to, partition, hs in zip(
-            values, keys, topics, partitions, headers, strict=True
-        ):
-            if to is None:
-                raise ValueError("a row's topic is null and the sink has no 'topic' option")
-            await producer.send(
-                to,
-                _text(value),
-                key=_text(key),
-                partition=partition,
-                headers=[(h["key"], h["value"]) for h in hs or ()],
-            )
+        values = _column(batch, "value", as_bytes=True)
+        keys = _column(batch, "key", as_bytes=True) or [None] * len(values)
+        topics, partitions = _column(batch, "topic"), _column(batch, "partition")
+        headers = _column(batch, "headers")
+        if topics is None and partitions is None and headers is None:
+            # The usual rows, key and value only: the per-row path kept to the send.
+            for value, key in zip(values, keys, strict=True):
+                futures.append(await send(topic, value, key))  # type: ignore[arg-type]
+        else:
+            for value, key, to, partition, hs in zip(
+                values,
+                keys,
+                topics or [topic] * len(values),
+                partitions or [None] * len(values),
+                headers or [None] * len(values),
+                strict=True,
+            ):
+                if to is None:
+                    raise ValueError("a row's topic is null and the sink has no 'topic' option")
+                futures.append(
+                    await send(
+                        to,
+                        value,
+                        key=key,
+                        partition=partition,
+                        headers=[(h["key"], h["value"]) for h in hs or ()],
+                    )
+                )
         rows += len(values)
     await producer.flush()
+    for future in futures:
+        if (error := future.exception()) is not None:
+            raise error
     return rows
+
+
+# A task hands the producer whole Arrow batches and flushes once at its end: batches larger than
+# the Java client's 16 KB mean fewer, larger appends for the broker (librdkafka's default is
+# about 1 MB). kafka.batch.size still sets it.
+SINK_BATCH_SIZE = 512 * 1024
 
 
 def producer_for(client: ClientOptions, **extra: object) -> Producer:
     return Producer(
         client.bootstrap_servers,
         security=client.security(),
-        **{"client_id": "fjord-spark", **client.options, **extra},
+        **{"client_id": "fjord-spark", "batch_size": SINK_BATCH_SIZE, **client.options, **extra},
     )
 
 
@@ -164,6 +194,8 @@ class _Writer:
             producer.begin_transaction()
             rows = await produce_rows(producer, iterator, options.topic)
             fail_task_once()
+            if rows == 0:
+                return PreparedPart(0)
             prepared = await producer.prepare_transaction()
         return PreparedPart(rows, prepared.to_json())
 

@@ -9,6 +9,7 @@ import pytest
 from test_spark_source import create_topic, produce, read_batch, topic_name
 
 from broker.client import AdminClient, Producer
+from broker.client.models import NewTopic
 from pipelines.spark.options import sink_options
 from pipelines.spark.sink import (
     PreparedPart,
@@ -61,6 +62,23 @@ def test_batch_write_takes_kafkas_columns(spark, eos_broker):
     ) == sorted(rows)
 
 
+def test_records_the_broker_refuses_fail_the_write(spark, eos_broker):
+    """At-least-once loses nothing silently: a record the broker refuses (larger than the
+    topic's max.message.bytes) fails the task, and the query with it once Spark's retries are
+    spent, instead of the write reporting success."""
+    topic = topic_name("sink-refused")
+
+    async def create() -> None:
+        async with AdminClient(eos_broker.bootstrap) as admin:
+            await admin.create_topics([NewTopic(topic, 1, configs={"max.message.bytes": "200"})])
+
+    asyncio.run(create())
+    df = spark.createDataFrame([("small",), ("x" * 1000,)], "value string").coalesce(1)
+    writer = df.write.format("fjord").mode("append").option("topic", topic)
+    with pytest.raises(Exception, match="MESSAGE_TOO_LARGE|RECORD_LIST_TOO_LARGE"):
+        writer.option("kafka.bootstrap.servers", eos_broker.bootstrap).save()
+
+
 @pytest.mark.parametrize(
     "options, message",
     [
@@ -79,22 +97,38 @@ def test_bad_sink_options_fail_naming_the_option(spark, eos_broker, options, mes
         writer.save()
 
 
-def test_exactly_once_streaming_copy(spark, eos_broker, tmp_path):
+@pytest.mark.parametrize(
+    "transformation, kept",
+    [
+        ("SELECT upper(cast(value AS string)) AS value FROM source", range(3000)),
+        # Tasks of partitions 1 and 2 write nothing: empty parts of a batch commit too.
+        (
+            "SELECT upper(cast(value AS string)) AS value FROM source WHERE partition = 0",
+            range(0, 3000, 3),
+        ),
+    ],
+)
+def test_exactly_once_streaming_copy(spark, eos_broker, tmp_path, transformation, kept):
     source, sink, prefix = topic_name("eos-in"), topic_name("eos-out"), topic_name("eos")
     create_topic(eos_broker.bootstrap, source, partitions=3)
     create_topic(eos_broker.bootstrap, sink, partitions=2)
-    produce(eos_broker.bootstrap, source, [{"value": f"r{i}".encode()} for i in range(3000)])
-    stream = (
+    produce(
+        eos_broker.bootstrap,
+        source,
+        [{"value": f"r{i}".encode(), "partition": i % 3} for i in range(3000)],
+    )
+    (
         spark.readStream.format("fjord")
         .option("kafka.bootstrap.servers", eos_broker.bootstrap)
         .option("subscribe", source)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", "1000")
         .load()
-        .selectExpr("upper(cast(value as string)) as value")
+        .createOrReplaceTempView("source")
     )
     query = (
-        stream.writeStream.format("fjord")
+        spark.sql(transformation)
+        .writeStream.format("fjord")
         .option("kafka.bootstrap.servers", eos_broker.bootstrap)
         .option("topic", sink)
         .option("exactlyOnce", "true")
@@ -106,9 +140,7 @@ def test_exactly_once_streaming_copy(spark, eos_broker, tmp_path):
     query.awaitTermination()
     assert query.exception() is None
     assert len(query.recentProgress) >= 3  # maxOffsetsPerTrigger made several batches
-    assert committed_values(spark, eos_broker.bootstrap, sink) == sorted(
-        f"R{i}" for i in range(3000)
-    )
+    assert committed_values(spark, eos_broker.bootstrap, sink) == sorted(f"R{i}" for i in kept)
     assert open_transactions(eos_broker.bootstrap, prefix) == []
 
 
