@@ -115,11 +115,11 @@ def _step(field: dataclasses.Field) -> tuple[int, object, bool]:
 
 
 def _min_size(step: tuple[int, object, bool], flexible: bool) -> int:
-    kind, arg, _ = step
+    kind, arg, nullable = step
     if kind == FIXED:
         return arg  # type: ignore[return-value]
     if kind == ENTITY:
-        return arg.min_size  # type: ignore[union-attr]
+        return 1 if nullable else arg.min_size  # type: ignore[union-attr]
     if kind == VARIABLE and not flexible:
         return 2 if arg == "string" else 4
     return 1 if flexible else 4
@@ -201,6 +201,12 @@ class _Walk:
         if kind == VARIABLE:
             return self.variable(pos, flexible, arg, nullable)
         if kind == ENTITY:
+            if nullable:
+                # KIP-893: a nullable struct is an int8 marker, -1 for null, then the struct.
+                marker = self.need(pos, 1)
+                if self.buf[marker] == 0xFF:
+                    return marker + 1
+                pos = marker + 1
             return self.entity(arg, pos)  # type: ignore[arg-type]
         if kind == FIXED_ARRAY:
             n, pos = self.count(pos, flexible, arg, nullable)  # type: ignore[arg-type]

@@ -52,3 +52,17 @@ def test_null_where_the_schema_has_none_is_a_decode_error():
     # Metadata v12 `topics` is: null asks for every topic.
     frame = header_v2(3, 12) + uvarint(0) + b"\1\0\0"
     assert codec.decode_request(frame, 3, 12).body.topics is None
+
+
+def test_a_nullable_struct_is_its_marker_then_the_struct():
+    """KIP-893: DescribeTopicPartitions v0's cursor is an int8 marker (-1 for null) followed by
+    the struct; the walk reads past it either way and refuses a struct cut short."""
+    topics = uvarint(2) + uvarint(len(b"t") + 1) + b"t" + b"\0"  # one topic, "t"
+    limit = struct.pack(">i", 10)
+    null_cursor = header_v2(75, 0) + topics + limit + b"\xff" + b"\0"
+    assert codec.decode_request(null_cursor, 75, 0).body.cursor is None
+    cursor = uvarint(2) + b"t" + struct.pack(">i", 3) + b"\0"
+    frame = header_v2(75, 0) + topics + limit + b"\x01" + cursor + b"\0"
+    assert codec.decode_request(frame, 75, 0).body.cursor.partition_index == 3
+    with pytest.raises(codec.DecodeError, match="declared"):
+        codec.decode_request(frame[: -len(cursor) + 2], 75, 0)
