@@ -803,6 +803,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             at_least(1),
         ),
         ConfigDef(
+            "max.request.partition.size.limit",
+            "int",
+            2000,
+            "The most partitions a DescribeTopicPartitions response carries; the client asks "
+            "for the rest with the response's cursor.",
+            at_least(1),
+        ),
+        ConfigDef(
             "queued.max.requests",
             "int",
             500,

@@ -33,6 +33,9 @@ def handle_describe_cluster(broker, ctx: RequestContext, request) -> object:
         endpoint_type=BROKERS_ENDPOINT,
         cluster_id=broker.image.cluster_id,
         controller_id=broker.node_id,
+        # v2 (KIP-1073) lists fenced brokers too when `include_fenced_brokers` asks for them,
+        # each with `is_fenced`. The only broker is the one answering, registered and never
+        # fenced, so the flag changes nothing here.
         brokers=tuple(broker_nodes(broker, ctx, "DescribeClusterBroker", is_fenced=False)),
         cluster_authorized_operations=cluster_authorized_operations(
             broker, ctx, request.include_cluster_authorized_operations

@@ -31,7 +31,9 @@ def _ms(value: timedelta) -> int:
 
 async def handle_consumer_group_heartbeat(broker, ctx: RequestContext, request) -> object:
     coordinator = broker.group_coordinator
-    if "consumer" not in coordinator.config.rebalance_protocols:
+    # Kafka's isConsumerGroupProtocolEnabled: the protocol is configured and group.version >= 1
+    # (one sent before a group.version downgrade took the API out of ApiVersions).
+    if not broker.consumer_protocol_enabled:
         return _heartbeat_error(
             ctx, ErrorCode.unsupported_version, "The consumer group protocol is not enabled."
         )

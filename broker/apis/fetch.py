@@ -20,6 +20,11 @@ incremental fetch in which nothing happened costs O(1) whatever the session's si
 read_uncommitted reads up to the high watermark; read_committed (KIP-98) up to the last
 stable offset, with the aborted transactions of the range read so the consumer can drop
 their records.
+
+v18 adds each partition's `high_watermark`, the one the fetching replica knows (KIP-1166).
+Only Kafka's KRaft quorum reads it, to answer a follower at once when the leader's high
+watermark is ahead; a broker's fetch path ignores it, for consumers and followers alike, and so
+does this one (it has no followers).
 """
 
 from __future__ import annotations

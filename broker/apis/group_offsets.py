@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from broker.apis.auth_helper import authorize_cluster, filter_authorized
 from broker.apis.base import NO_THROTTLE, ApiSpec, RequestContext
 from broker.coordinator.offsets import NO_OFFSET, CommittedOffset, OffsetCommitRequest
+from broker.coordinator.records import ZERO_UUID
 from broker.security.operations import AclOperation, ResourceType
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
@@ -76,30 +77,53 @@ async def handle_find_coordinator(broker, ctx: RequestContext, request) -> objec
     )
 
 
+# OffsetCommit and OffsetFetch v10 name topics by id instead of name (KIP-848), in requests and
+# responses alike.
+TOPIC_IDS_VERSION = 10
+
+
+def _named(broker, ctx: RequestContext, topics) -> list[tuple[str | None, object]]:
+    """(name, requested topic) for each requested topic: v10 names it by id, and an id this
+    broker does not know (the zero id, which kio reads as None, included) names none."""
+    if ctx.api_version < TOPIC_IDS_VERSION:
+        return [(t.name, t) for t in topics]
+    image = broker.image
+    found = [(image.topic_by_id(t.topic_id) if t.topic_id else None, t) for t in topics]
+    return [(meta.name if meta else None, t) for meta, t in found]
+
+
 async def handle_offset_commit(broker, ctx: RequestContext, request) -> object:
+    topics = _named(broker, ctx, request.topics)
     if not broker.authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
-        errors = _all_partitions(request.topics, ErrorCode.group_authorization_failed)
-        return _offset_commit_response(ctx, request, errors)
+        errors = _all_partitions(topics, ErrorCode.group_authorization_failed)
+        return _offset_commit_response(ctx, topics, errors)
     readable = filter_authorized(
-        broker, ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in request.topics)
+        broker, ctx, AclOperation.READ, ResourceType.TOPIC, (n for n, _ in topics if n is not None)
     )
-    errors = _all_partitions(
-        [t for t in request.topics if t.name not in readable], ErrorCode.topic_authorization_failed
-    )
+    # As Kafka's KafkaApis: an unknown id first (whether it is authorized cannot be told),
+    # then READ on the topic.
+    errors = {
+        **_all_partitions(
+            [(n, t) for n, t in topics if n is not None and n not in readable],
+            ErrorCode.topic_authorization_failed,
+        ),
+        **_all_partitions([(n, t) for n, t in topics if n is None], ErrorCode.unknown_topic_id),
+    }
     partitions = [
         OffsetCommitRequest(
-            topic=t.name,
+            topic=name,
             partition=p.partition_index,
             offset=p.committed_offset,
             leader_epoch=getattr(p, "committed_leader_epoch", -1),
             metadata=p.committed_metadata,
+            topic_id=getattr(t, "topic_id", None) or ZERO_UUID,
         )
-        for t in request.topics
-        if t.name in readable
+        for name, t in topics
+        if name in readable
         for p in t.partitions
     ]
     if not partitions:
-        return _offset_commit_response(ctx, request, errors)
+        return _offset_commit_response(ctx, topics, errors)
     # v2-v4 may ask for a retention of their own; -1 means the broker's.
     retention = getattr(request, "retention_time", None)
     retention_ms = (
@@ -121,31 +145,35 @@ async def handle_offset_commit(broker, ctx: RequestContext, request) -> object:
             expire_timestamp=now_ms + retention_ms if retention_ms >= 0 else -1,
         ),
     )
-    return _offset_commit_response(ctx, request, {**errors, **committed})
+    return _offset_commit_response(ctx, topics, {**errors, **committed})
 
 
-def _all_partitions(topics, code: ErrorCode) -> dict[tuple[str, int], ErrorCode]:
-    return {(t.name, p.partition_index): code for t in topics for p in t.partitions}
+def _all_partitions(topics, code: ErrorCode) -> dict[tuple[str | None, int], ErrorCode]:
+    """`code` for each partition of (name, request topic) pairs; topics of unknown ids share
+    the name None, and so one error."""
+    return {(name, p.partition_index): code for name, t in topics for p in t.partitions}
 
 
-def _offset_commit_response(ctx: RequestContext, request, errors) -> object:
+def _offset_commit_response(ctx: RequestContext, topics, errors) -> object:
     return ctx.response(
         "OffsetCommitResponse",
         throttle_time=NO_THROTTLE,
         topics=tuple(
             ctx.response(
                 "OffsetCommitResponseTopic",
-                name=t.name,
+                # v10 answers by the id it was asked by, known or not; earlier ones by name.
+                name=name,
+                topic_id=getattr(t, "topic_id", None),
                 partitions=tuple(
                     ctx.response(
                         "OffsetCommitResponsePartition",
                         partition_index=p.partition_index,
-                        error_code=errors[(t.name, p.partition_index)],
+                        error_code=errors[(name, p.partition_index)],
                     )
                     for p in t.partitions
                 ),
             )
-            for t in request.topics
+            for name, t in topics
         ),
     )
 
@@ -181,10 +209,15 @@ async def handle_offset_fetch(broker, ctx: RequestContext, request) -> object:
 def _fetch_group(
     broker, ctx, group_id, topics, member_id, member_epoch, require_stable, batched: bool
 ):
+    by_id = ctx.api_version >= TOPIC_IDS_VERSION
+    unknown_ids: list = []  # v10's request topics of ids this broker does not know
     if topics is None:
-        wanted = None
+        wanted = topic_ids = None
     else:
-        wanted = [(t.name, p) for t in topics for p in getattr(t, "partition_indexes", None) or ()]
+        named = _named(broker, ctx, topics)
+        wanted = [(n, p) for n, t in named if n is not None for p in t.partition_indexes or ()]
+        unknown_ids = [t for n, t in named if n is None]
+        topic_ids = {n: t.topic_id for n, t in named if n is not None} if by_id else None
     if not broker.authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
         error = ErrorCode.group_authorization_failed
         # Before v2 the error is told partition by partition.
@@ -192,36 +225,66 @@ def _fetch_group(
         offsets = dict.fromkeys(wanted or (), refused) if ctx.api_version < 2 else {}
     else:
         error, offsets = _fetch_describable(
-            broker, ctx, group_id, wanted, member_id, member_epoch, require_stable
+            broker, ctx, group_id, wanted, member_id, member_epoch, require_stable, topic_ids
         )
     prefix = "OffsetFetchResponse"
     names = ("Topics", "Partitions") if batched else ("Topic", "Partition")
-    by_topic: dict[str, list] = {}
-    for (topic, partition), committed in offsets.items():
-        by_topic.setdefault(topic, []).append(
-            ctx.response(
-                prefix + names[1],
-                partition_index=partition,
-                committed_offset=committed.offset if committed else -1,
-                committed_leader_epoch=committed.leader_epoch if committed else -1,
-                metadata=committed.metadata if committed else "",
-                error_code=committed.error_code if committed else ErrorCode.none,
-            )
+
+    def partition(index: int, committed: CommittedOffset | None):
+        return ctx.response(
+            prefix + names[1],
+            partition_index=index,
+            committed_offset=committed.offset if committed else -1,
+            committed_leader_epoch=committed.leader_epoch if committed else -1,
+            metadata=committed.metadata if committed else "",
+            error_code=committed.error_code if committed else ErrorCode.none,
         )
-    response_topics = tuple(
-        ctx.response(prefix + names[0], name=t, partitions=tuple(ps)) for t, ps in by_topic.items()
-    )
+
+    by_topic: dict[str, list] = {}
+    for (topic, index), committed in offsets.items():
+        by_topic.setdefault(topic, []).append(partition(index, committed))
+    ids = _response_topic_ids(broker, by_topic, topic_ids) if by_id else {}
+    response_topics = [
+        ctx.response(prefix + names[0], name=t, topic_id=ids.get(t), partitions=tuple(ps))
+        for t, ps in by_topic.items()
+        if not by_id or t in ids
+    ]
+    if error is ErrorCode.none:
+        unknown = CommittedOffset(NO_OFFSET, -1, "", ErrorCode.unknown_topic_id)
+        response_topics += [
+            ctx.response(
+                prefix + names[0],
+                topic_id=t.topic_id,
+                partitions=tuple(partition(p, unknown) for p in t.partition_indexes),
+            )
+            for t in unknown_ids
+        ]
     if batched:
         return ctx.response(
-            "OffsetFetchResponseGroup", group_id=group_id, topics=response_topics, error_code=error
+            "OffsetFetchResponseGroup",
+            group_id=group_id,
+            topics=tuple(response_topics),
+            error_code=error,
         )
-    return error, response_topics
+    return error, tuple(response_topics)
+
+
+def _response_topic_ids(broker, names, topic_ids) -> dict:
+    """The id v10 answers each topic by: the one it was asked by, or (all offsets asked for)
+    the topic's current id. A topic that no longer exists has none: its offsets are left out,
+    as Kafka does."""
+    if topic_ids is not None:
+        return topic_ids
+    current = broker.image.topic
+    return {t: meta.topic_id for t in names if (meta := current(t)) is not None}
 
 
 _TOPIC_REFUSED = CommittedOffset(NO_OFFSET, -1, "", ErrorCode.topic_authorization_failed)
 
 
-def _fetch_describable(broker, ctx, group_id, wanted, member_id, member_epoch, require_stable):
+def _fetch_describable(
+    broker, ctx, group_id, wanted, member_id, member_epoch, require_stable, topic_ids
+):
     """Offsets of topics the principal may DESCRIBE; the others are refused when named and
     left out of a fetch of all offsets."""
     coordinator = broker.group_coordinator
@@ -242,6 +305,7 @@ def _fetch_describable(broker, ctx, group_id, wanted, member_id, member_epoch, r
         member_id,
         member_epoch,
         require_stable=require_stable,
+        topic_ids=topic_ids,
     )
     if error is not ErrorCode.none:
         return error, offsets
@@ -265,7 +329,7 @@ async def handle_offset_delete(broker, ctx: RequestContext, request) -> object:
         error, errors = await broker.coordinator_runtime.run(
             request.group_id, lambda now_ms: coordinator.delete_offsets(request.group_id, wanted)
         )
-        refused = [t for t in request.topics if t.name not in readable]
+        refused = [(t.name, t) for t in request.topics if t.name not in readable]
         errors = {**errors, **_all_partitions(refused, ErrorCode.topic_authorization_failed)}
     return ctx.response(
         "OffsetDeleteResponse",
@@ -341,9 +405,9 @@ async def handle_delete_groups(broker, ctx: RequestContext, request) -> object:
 
 SPECS: list[ApiSpec] = [
     ApiSpec(10, "FindCoordinator", 0, 6, handle_find_coordinator),
-    # v10 of OffsetCommit and OffsetFetch address topics by id (Kafka 4.1): not yet.
-    ApiSpec(8, "OffsetCommit", 2, 9, handle_offset_commit),
-    ApiSpec(9, "OffsetFetch", 1, 9, handle_offset_fetch),
+    # v10 of OffsetCommit and OffsetFetch name topics by id (Kafka 4.1).
+    ApiSpec(8, "OffsetCommit", 2, 10, handle_offset_commit),
+    ApiSpec(9, "OffsetFetch", 1, 10, handle_offset_fetch),
     ApiSpec(47, "OffsetDelete", 0, 0, handle_offset_delete),
     ApiSpec(16, "ListGroups", 0, 5, handle_list_groups),
     ApiSpec(42, "DeleteGroups", 0, 2, handle_delete_groups),

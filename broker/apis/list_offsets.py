@@ -1,5 +1,8 @@
-"""ListOffsets: earliest, latest, by timestamp (time index) and max timestamp; DESCRIBE on the
-topic."""
+"""ListOffsets: earliest, latest, by timestamp (time index) and max timestamp, and the tiered
+storage specs as Kafka answers them for a log without remote storage; DESCRIBE on the topic.
+
+v10's `timeout` bounds a look-up in remote storage (KIP-1075): with none, every answer is
+immediate and the timeout unused."""
 
 from __future__ import annotations
 
@@ -12,8 +15,22 @@ from broker.security.operations import AclOperation, ResourceType
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
-EARLIEST_LOCAL = -4  # no tiered storage: the same as EARLIEST
+EARLIEST_LOCAL = -4  # KIP-405; no tiered storage: the local log is the log, as EARLIEST
+LATEST_TIERED = -5  # KIP-1005; nothing tiered: offset -1
+EARLIEST_PENDING_UPLOAD = -6  # KIP-1023; nothing to upload: offset -1
 READ_COMMITTED = 1
+UNKNOWN = (-1, -1)  # (offset, timestamp): Kafka's UNKNOWN_OFFSET and UNKNOWN_TIMESTAMP
+
+# The first version each spec is valid in (Kafka's ReplicaManager.timestampMinSupportedVersion):
+# older versions, and negative timestamps that are no spec, get UNSUPPORTED_VERSION.
+SPEC_SINCE = {
+    LATEST: 1,
+    EARLIEST: 1,
+    MAX_TIMESTAMP: 7,
+    EARLIEST_LOCAL: 8,
+    LATEST_TIERED: 9,
+    EARLIEST_PENDING_UPLOAD: 11,
+}
 
 
 def handle_list_offsets(broker, ctx: RequestContext, request) -> object:
@@ -25,13 +42,15 @@ def handle_list_offsets(broker, ctx: RequestContext, request) -> object:
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
-            if topic.name in describable:
-                log, code = rm.lookup(topic.name, p.partition_index)
-            else:
+            if topic.name not in describable:
                 log, code = None, ErrorCode.topic_authorization_failed
+            elif p.timestamp < 0 and ctx.api_version < SPEC_SINCE.get(p.timestamp, 1 << 15):
+                log, code = None, ErrorCode.unsupported_version
+            else:
+                log, code = rm.lookup(topic.name, p.partition_index)
             if code == ErrorCode.none:
                 code = rm.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
-            offset = timestamp = -1
+            offset, timestamp = UNKNOWN
             if code == ErrorCode.none:
                 offset, timestamp = _offset_for(log, p.timestamp, isolation_level)
             partitions.append(
@@ -41,7 +60,9 @@ def handle_list_offsets(broker, ctx: RequestContext, request) -> object:
                     error_code=code,
                     timestamp=timestamp,
                     offset=offset,
-                    leader_epoch=rm.leader_epoch if code == ErrorCode.none else -1,
+                    # No offset found (nothing tiered, no record at the timestamp): Kafka
+                    # answers without an epoch.
+                    leader_epoch=rm.leader_epoch if offset >= 0 else -1,
                 )
             )
         topics.append(
@@ -51,8 +72,8 @@ def handle_list_offsets(broker, ctx: RequestContext, request) -> object:
 
 
 def _offset_for(log, spec: int, isolation_level: int) -> tuple[int, int]:
-    """(offset, timestamp) ListOffsets answers for `spec`: a timestamp, or EARLIEST, LATEST
-    or MAX_TIMESTAMP (v0 has its own rule: Log.offsets_before)."""
+    """(offset, timestamp) ListOffsets answers for `spec`: a timestamp or one of the specs
+    above (v0 has its own rule: Log.offsets_before)."""
     # What a consumer of this isolation level may fetch (Kafka's lastFetchableOffset): LATEST
     # answers it, and a lookup never answers an offset at or beyond it.
     last_fetchable = (
@@ -62,12 +83,10 @@ def _offset_for(log, spec: int, isolation_level: int) -> tuple[int, int]:
         return last_fetchable, -1
     if spec in (EARLIEST, EARLIEST_LOCAL):
         return log.log_start_offset, -1
-    if spec == MAX_TIMESTAMP:
-        found = log.max_timestamp_offset()
-    elif spec >= 0:
-        found = log.offset_for_timestamp(spec)
-    else:
-        found = None
+    if spec in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+        # Kafka's UnifiedLog without remote storage: no offset is in (or bound for) it.
+        return UNKNOWN
+    found = log.max_timestamp_offset() if spec == MAX_TIMESTAMP else log.offset_for_timestamp(spec)
     if found is None or found[0] >= last_fetchable:
-        return -1, -1
+        return UNKNOWN
     return found

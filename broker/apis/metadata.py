@@ -74,16 +74,7 @@ async def handle_metadata(broker, ctx: RequestContext, request) -> object:
             results.append(_topic_error(ctx, name, topic_id, code))
             continue
         partitions = tuple(
-            ctx.response(
-                "MetadataResponsePartition",
-                error_code=ErrorCode.none,
-                partition_index=p,
-                leader_id=broker.node_id,
-                leader_epoch=broker.replica_manager.leader_epoch,
-                replica_nodes=(broker.node_id,),
-                isr_nodes=(broker.node_id,),
-                offline_replicas=(),
-            )
+            ctx.response("MetadataResponsePartition", **partition_state(broker, p))
             for p in range(topic.partitions)
         )
         results.append(
@@ -106,6 +97,9 @@ async def handle_metadata(broker, ctx: RequestContext, request) -> object:
     return ctx.response(
         "MetadataResponse",
         throttle_time=NO_THROTTLE,
+        # v13's top-level error (KIP-1102): Kafka's brokers answer NONE and keep errors per
+        # topic; REBOOTSTRAP_REQUIRED there would send the client back to its bootstrap servers.
+        error_code=ErrorCode.none,
         brokers=tuple(broker_nodes(broker, ctx, "MetadataResponseBroker")),
         cluster_id=image.cluster_id,
         controller_id=broker.node_id,
@@ -114,6 +108,20 @@ async def handle_metadata(broker, ctx: RequestContext, request) -> object:
             broker, ctx, getattr(request, "include_cluster_authorized_operations", False)
         ),
     )
+
+
+def partition_state(broker, partition: int) -> dict:
+    """A partition's leader and replicas, as Metadata and DescribeTopicPartitions give them:
+    this broker is each partition's only replica, in sync and leading."""
+    return {
+        "error_code": ErrorCode.none,
+        "partition_index": partition,
+        "leader_id": broker.node_id,
+        "leader_epoch": broker.replica_manager.leader_epoch,
+        "replica_nodes": (broker.node_id,),
+        "isr_nodes": (broker.node_id,),
+        "offline_replicas": (),
+    }
 
 
 def broker_nodes(broker, ctx: RequestContext, class_name: str, **extra) -> list:

@@ -10,6 +10,7 @@ transactional ids the principal may DESCRIBE, DescribeProducers needs READ on th
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -244,11 +245,18 @@ def _commit_pending_offsets(broker, request, offsets):
 
 def handle_write_txn_markers(broker, ctx: RequestContext, request) -> object:
     """Markers written on request: what a coordinator sends to partition leaders, and what an
-    operator sends to abort a hanging transaction (kafka-transactions.sh abort, KIP-664)."""
+    operator sends to abort a hanging transaction (kafka-transactions.sh abort, KIP-664).
+
+    v2 says which transaction version each marker ends (KIP-1228). It is not written to the
+    log; the partition checks the marker's producer epoch by it: transaction version 2 bumps
+    the epoch at every transaction's end, so its marker must be above the epoch the partition
+    knows, and one that is not is a late or duplicate marker (INVALID_PRODUCER_EPOCH); older
+    versions end a transaction under the epoch of its records, at or above that epoch."""
     now_ms = int(time.time() * 1000)
     may_write_markers = authorize_cluster(broker, ctx, AclOperation.CLUSTER_ACTION)
     results = []
     for marker in request.markers:
+        transaction_version = getattr(marker, "transaction_version", 0)
         topics = []
         for topic in marker.topics:
             partitions = []
@@ -264,6 +272,7 @@ def handle_write_txn_markers(broker, ctx: RequestContext, request) -> object:
                         marker.transaction_result,
                         marker.coordinator_epoch,
                         now_ms,
+                        transaction_version,
                     )
                 partitions.append(
                     ctx.response(
@@ -296,8 +305,24 @@ def handle_list_transactions(broker, ctx: RequestContext, request) -> object:
     unknown = sorted(wanted - _STATE_NAMES.keys())
     states = {_STATE_NAMES[n] for n in wanted if n in _STATE_NAMES}
     producer_ids = set(request.producer_id_filters)
-    # v1: only transactions running longer than this many ms (-1: no filter).
+    # v1 (KIP-994): only transactions started more than this many ms ago (-1: no filter). As
+    # in Kafka's TransactionStateManager the state is not looked at: an id without a
+    # transaction (start -1) passes any duration.
     min_duration_ms = getattr(request, "duration_filter", -1)
+    # v2 (KIP-1152): only transactional ids the whole of which the pattern matches (null or
+    # empty: all). Kafka compiles it with RE2/J; Python's syntax agrees for the usual cases.
+    pattern = getattr(request, "transactional_id_pattern", None)
+    try:
+        matcher = re.compile(pattern).fullmatch if pattern else None
+    except re.error:
+        # Kafka's InvalidRegularExpression, answered as its error response: nothing listed.
+        return ctx.response(
+            "ListTransactionsResponse",
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.invalid_regular_expression,
+            unknown_state_filters=(),
+            transaction_states=(),
+        )
     now_ms = int(time.time() * 1000)
     listed = []
     for meta in broker.transaction_coordinator.transactions.values():
@@ -309,9 +334,9 @@ def handle_list_transactions(broker, ctx: RequestContext, request) -> object:
             continue
         if producer_ids and meta.producer_id not in producer_ids:
             continue
-        if min_duration_ms >= 0 and (
-            meta.state is not TransactionState.ONGOING or now_ms - meta.start_ms < min_duration_ms
-        ):
+        if min_duration_ms >= 0 and now_ms - meta.start_ms <= min_duration_ms:
+            continue
+        if matcher is not None and matcher(meta.transactional_id) is None:
             continue
         listed.append(
             ctx.response(
@@ -435,9 +460,9 @@ SPECS = (
     ApiSpec(25, "AddOffsetsToTxn", 0, 4, handle_add_offsets_to_txn),
     # EndTxn v5 and TxnOffsetCommit v5 belong to transaction version 2 (KIP-890 part 2).
     ApiSpec(26, "EndTxn", 0, 4, handle_end_txn),
-    ApiSpec(27, "WriteTxnMarkers", 1, 1, handle_write_txn_markers),
+    ApiSpec(27, "WriteTxnMarkers", 1, 2, handle_write_txn_markers),
     ApiSpec(28, "TxnOffsetCommit", 0, 4, handle_txn_offset_commit),
     ApiSpec(61, "DescribeProducers", 0, 0, handle_describe_producers),
     ApiSpec(65, "DescribeTransactions", 0, 0, handle_describe_transactions),
-    ApiSpec(66, "ListTransactions", 0, 1, handle_list_transactions),
+    ApiSpec(66, "ListTransactions", 0, 2, handle_list_transactions),
 )

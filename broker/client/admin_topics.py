@@ -18,8 +18,10 @@ from broker.client.models import (
     ConfigEntry,
     ConfigResourceType,
     CreatedTopic,
+    LogDirDescription,
     NewTopic,
     PartitionDescription,
+    ReplicaInfo,
     TopicDescription,
     TopicListing,
     TopicPartition,
@@ -27,7 +29,8 @@ from broker.client.models import (
 from broker.client.session import Session
 
 CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 19, 20, 21
-DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER = 32, 37, 44, 60
+DESCRIBE_CONFIGS, DESCRIBE_LOG_DIRS, CREATE_PARTITIONS = 32, 35, 37
+INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER = 44, 60
 
 EARLIEST, LATEST = -2, -1  # ListOffsets timestamps
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
@@ -43,6 +46,7 @@ class TopicOperations(ClusterClient):
                     "DescribeClusterRequest",
                     include_cluster_authorized_operations=False,
                     endpoint_type=1,  # brokers
+                    include_fenced_brokers=False,
                 )
             )
             check(response.error_code, response.error_message)
@@ -286,6 +290,42 @@ class TopicOperations(ClusterClient):
                         check(p.error_code, None, f"{t.name}-{p.partition_index}")
                         low_watermarks[(t.name, p.partition_index)] = p.low_watermark
             return low_watermarks
+
+        return await self.retrying(attempt)
+
+    async def describe_log_dirs(
+        self, brokers: Iterable[int] | None = None
+    ) -> dict[int, list[LogDirDescription]]:
+        """Each broker's log dirs (every broker of the cluster by default), with the size of
+        every partition replica they hold, as kafka-log-dirs.sh lists them."""
+
+        async def attempt() -> dict[int, list[LogDirDescription]]:
+            if brokers is None:
+                await self.metadata()
+            described = {}
+            for node in sorted(self.nodes) if brokers is None else brokers:
+                session = await self.session(node)
+                response = await session.send(
+                    session.request(DESCRIBE_LOG_DIRS, "DescribeLogDirsRequest", topics=None)
+                )
+                check(getattr(response, "error_code", ErrorCode.none), None)
+                described[node] = [
+                    LogDirDescription(
+                        result.log_dir,
+                        {
+                            TopicPartition(t.name, p.partition_index): ReplicaInfo(
+                                p.partition_size, p.offset_lag, p.is_future_key
+                            )
+                            for t in result.topics
+                            for p in t.partitions
+                        },
+                        getattr(result, "total_bytes", -1),
+                        getattr(result, "usable_bytes", -1),
+                    )
+                    for result in response.results
+                    if result.error_code == ErrorCode.none
+                ]
+            return described
 
         return await self.retrying(attempt)
 

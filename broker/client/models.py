@@ -24,12 +24,14 @@ __all__ = [
     "CreatedTopic",
     "GroupDescription",
     "GroupListing",
+    "LogDirDescription",
     "NewTopic",
     "Node",
     "PartitionDescription",
     "PartitionLag",
     "PatternType",
     "ProducerState",
+    "ReplicaInfo",
     "ResourceType",
     "ScramCredentialInfo",
     "TopicDescription",
@@ -75,6 +77,26 @@ class ClusterDescription:
     cluster_id: str | None
     controller_id: int
     brokers: list[Node]
+
+
+@dataclass(frozen=True)
+class ReplicaInfo:
+    """One partition's replica in a log dir (Kafka's admin ReplicaInfo)."""
+
+    size: int  # bytes on disk
+    offset_lag: int
+    is_future: bool
+
+
+@dataclass(frozen=True)
+class LogDirDescription:
+    """One log dir of a broker: its replicas and its volume's total and usable bytes (-1
+    where the broker does not say: before DescribeLogDirs v4)."""
+
+    path: str
+    replicas: dict[TopicPartition, ReplicaInfo]
+    total_bytes: int = -1
+    usable_bytes: int = -1
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,10 @@ API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 # request's shape differs (OffsetFetch v8 batches groups, FindCoordinator v4 batches keys,
 # ListOffsets v2 has the isolation level, Metadata v1 tells "all topics" from "none").
 MIN_VERSIONS = {2: 2, 9: 8, 10: 4, 3: 1}
+# The newest version the client's requests are written for: OffsetCommit and OffsetFetch v10
+# name topics by id, and the client names them (Kafka's own builders keep to v9 too unless
+# every topic's id is known).
+MAX_VERSIONS = {8: 9, 9: 9}
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,8 @@ def client_versions(api_key: int) -> range:
     if api_key not in api_key_map:
         return range(0)
     versions = schema_name_map[api_key_map[api_key]]
-    return range(max(min(versions), MIN_VERSIONS.get(api_key, 0)), max(versions) + 1)
+    newest = min(max(versions), MAX_VERSIONS.get(api_key, max(versions)))
+    return range(max(min(versions), MIN_VERSIONS.get(api_key, 0)), newest + 1)
 
 
 @cache

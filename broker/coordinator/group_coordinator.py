@@ -9,7 +9,8 @@ offset expiry. The protocols themselves live in classic_group.py and consumer_gr
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -218,16 +219,18 @@ class GroupCoordinator:
         member_id: str | None = None,
         member_epoch: int = -1,
         require_stable: bool = False,
+        topic_ids: Mapping[str, uuid.UUID] | None = None,
     ):
         """(error, offsets by partition); consumer groups validate the member epoch (v9+).
         With `require_stable` (OffsetFetch v7+, read_committed consumers) a partition with a
-        pending transactional offset comes back as UNSTABLE (error UNSTABLE_OFFSET_COMMIT)."""
+        pending transactional offset comes back as UNSTABLE (error UNSTABLE_OFFSET_COMMIT).
+        `topic_ids`: the ids a fetch by id (v10) named its topics by (OffsetManager.fetch)."""
         group = self.groups.get(group_id)
         if group is not None and member_epoch >= 0:
             error = group.validate_offset_fetch(member_id, member_epoch)
             if error != ErrorCode.none:
                 return error, {}
-        return ErrorCode.none, self.offsets.fetch(group_id, partitions, require_stable)
+        return ErrorCode.none, self.offsets.fetch(group_id, partitions, require_stable, topic_ids)
 
     def delete_offsets(
         self, group_id: str, partitions: list[TopicPartition]

@@ -11,12 +11,13 @@ ABORT marker drops them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import uuid
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from broker.coordinator.records import OffsetCommitKey, OffsetCommitValue
+from broker.coordinator.records import ZERO_UUID, OffsetCommitKey, OffsetCommitValue
 from broker.coordinator.runtime import Record
 
 TopicPartition = tuple[str, int]
@@ -35,6 +36,7 @@ class OffsetCommitRequest:
     offset: int
     leader_epoch: int = -1
     metadata: str | None = ""
+    topic_id: uuid.UUID = ZERO_UUID  # committed by id (v10): kept with the offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,13 @@ class _Transaction:
 
 def _everywhere(_group_id: str) -> bool:
     return True
+
+
+def _other_topic(committed: uuid.UUID, topic_ids: Mapping[str, uuid.UUID] | None, topic: str):
+    """Whether an offset committed under topic id `committed` belongs to a topic other than
+    the one `topic_ids` names `topic` by (the zero id on either side: unknown, so no)."""
+    expected = ZERO_UUID if topic_ids is None else topic_ids.get(topic, ZERO_UUID)
+    return ZERO_UUID not in (committed, expected) and committed != expected
 
 
 class OffsetManager:
@@ -180,6 +189,7 @@ class OffsetManager:
                         metadata=metadata,
                         commit_timestamp=now_ms,
                         expire_timestamp=expire_timestamp,
+                        topic_id=p.topic_id,
                     ),
                 )
             )
@@ -201,9 +211,13 @@ class OffsetManager:
         group_id: str,
         partitions: Iterable[TopicPartition] | None,
         require_stable: bool = False,
+        topic_ids: Mapping[str, uuid.UUID] | None = None,
     ) -> dict[TopicPartition, CommittedOffset | None]:
         """Committed offsets of `partitions` (None: every partition with one). With
-        `require_stable`, a partition a transaction holds a pending offset of is UNSTABLE."""
+        `require_stable`, a partition a transaction holds a pending offset of is UNSTABLE.
+        `topic_ids` are those a fetch by id (v10) named its topics by: an offset committed by
+        the id of another topic of the same name (deleted, then created again) is none, as
+        Kafka's OffsetMetadataManager has it; one committed by name matches any id."""
         group = self._offsets.get(group_id, {})
         wanted = group.keys() if partitions is None else partitions
         result: dict[TopicPartition, CommittedOffset | None] = {}
@@ -211,7 +225,7 @@ class OffsetManager:
             stored = group.get(tp)
             if require_stable and self.has_pending(group_id, tp):
                 result[tp] = UNSTABLE
-            elif stored is None:
+            elif stored is None or _other_topic(stored.value.topic_id, topic_ids, tp[0]):
                 result[tp] = None
             else:
                 value = stored.value

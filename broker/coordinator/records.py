@@ -44,6 +44,9 @@ class OffsetCommitValue:
     metadata: str = ""
     commit_timestamp: int = 0
     expire_timestamp: int = -1  # only in value version 1; -1 means "not set"
+    # The id of the topic committed by id (OffsetCommit v10, Kafka 4.1): tagged field 0 of
+    # version 4+. OffsetFetch by id leaves out an offset of another topic of the same name.
+    topic_id: uuid.UUID = ZERO_UUID
 
 
 # --- classic groups (record type 2) ---
@@ -320,17 +323,22 @@ _OFFSET_COMMIT_VALUE = _struct(
     _f("metadata", "string"),
     _f("commit_timestamp", "int64"),
     _f("expire_timestamp", "int64", 1, until=1),
+    _f("topic_id", "uuid", 4, tag=0),
 )
 
 _RECORD_TYPES = (
-    # Kafka writes the highest non-flexible version (3), or 1 to keep an expire timestamp.
+    # Version 1 keeps an expire timestamp. Kafka 4.1+ writes version 4 otherwise, whose only
+    # addition is the tagged topic id: written here when there is one (a commit by id), and
+    # version 3, the same fields, for a commit by name.
     _RecordType(
         1,
         _OFFSET_COMMIT_KEY,
         _OFFSET_COMMIT_VALUE,
         4,
         4,
-        lambda value: 1 if value.expire_timestamp != -1 else 3,
+        lambda value: (
+            1 if value.expire_timestamp != -1 else 4 if value.topic_id != ZERO_UUID else 3
+        ),
     ),
     _RecordType(
         2,

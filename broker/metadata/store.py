@@ -47,6 +47,9 @@ CREATE TABLE IF NOT EXISTS acls (
     PRIMARY KEY (resource_type, resource_name, pattern_type, principal, host, operation,
                  permission_type)
 );
+-- Finalized feature levels (KIP-584), level 0 included; their epoch is cluster's
+-- 'features.epoch'. A store from before this table gets the default levels at its next start.
+CREATE TABLE IF NOT EXISTS finalized_features (name TEXT PRIMARY KEY, level INTEGER NOT NULL);
 """
 
 
@@ -70,6 +73,8 @@ class MetadataStore(Protocol):
     def acls(self) -> list[AclBinding]: ...
     def add_acls(self, bindings: list[AclBinding]) -> None: ...
     def remove_acls(self, bindings: list[AclBinding]) -> None: ...
+    def finalized_features(self, defaults: dict[str, int]) -> tuple[dict[str, int], int]: ...
+    def set_finalized_features(self, levels: dict[str, int], epoch: int) -> None: ...
     def close(self) -> None: ...
 
 
@@ -219,6 +224,33 @@ class SqliteMetadataStore:
                     (user, mech, c.salt, c.stored_key, c.server_key, c.iterations)
                     for (user, mech), c in upsertions.items()
                 ],
+            )
+
+    def finalized_features(self, defaults: dict[str, int]) -> tuple[dict[str, int], int]:
+        """The finalized levels and their epoch; a store without them is finalized at
+        `defaults`, epoch 0, first (Kafka's bootstrap at format time)."""
+        with self._lock:
+            levels = dict(self._db.execute("SELECT name, level FROM finalized_features"))
+            row = self._db.execute(
+                "SELECT value FROM cluster WHERE key='features.epoch'"
+            ).fetchone()
+        if not levels:
+            self.set_finalized_features(defaults, 0)
+            return dict(defaults), 0
+        return levels, int(row[0]) if row else 0
+
+    def set_finalized_features(self, levels: dict[str, int], epoch: int) -> None:
+        with self._lock, self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany(
+                "INSERT INTO finalized_features(name, level) VALUES (?, ?) "
+                "ON CONFLICT(name) DO UPDATE SET level = excluded.level",
+                list(levels.items()),
+            )
+            self._db.execute(
+                "INSERT INTO cluster(key, value) VALUES ('features.epoch', ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (str(epoch),),
             )
 
     def close(self) -> None:

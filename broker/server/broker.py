@@ -24,6 +24,12 @@ from broker.coordinator.transaction_coordinator import (
     TransactionCoordinatorConfig,
 )
 from broker.fetch_session import FetchSessionCache
+from broker.metadata.features import (
+    DEFAULT_LEVELS,
+    GROUP_VERSION,
+    FeatureUpdate,
+    FinalizedFeatures,
+)
 from broker.metadata.image import MetadataImage, TopicMetadata
 from broker.metadata.store import SqliteMetadataStore
 from broker.security.authorizer import StandardAuthorizer, parse_super_users
@@ -59,13 +65,8 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.node_id = config.node_id
-        protocols = config["group.coordinator.rebalance.protocols"]
-        # Without the consumer protocol its APIs are not advertised, as in Kafka.
-        self.api_specs = {
-            key: spec
-            for key, spec in API_SPECS.items()
-            if "consumer" in protocols or key not in CONSUMER_PROTOCOL_APIS
-        }
+        self.features = FinalizedFeatures()  # the store's, from start()
+        self._refresh_api_specs()
         self.metrics = BrokerMetrics()
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self.metrics.add_fetch_session_gauges(self.fetch_sessions)
@@ -104,6 +105,10 @@ class Broker:
         self.config.set_dynamic(validate_dynamic_broker_configs(self.dynamic_broker_configs))
         self.group_configs = await self._in_metadata_thread(self.store.group_configs)
         self.scram_credentials = await self._in_metadata_thread(self.store.scram_credentials)
+        self.features = FinalizedFeatures(
+            *await self._in_metadata_thread(self.store.finalized_features, DEFAULT_LEVELS)
+        )
+        self._refresh_api_specs()
         if self.config["authorizer.class.name"]:
             self.authorizer = StandardAuthorizer(
                 parse_super_users(self.config["super.users"]),
@@ -365,6 +370,41 @@ class Broker:
             for key in deletions:
                 self.scram_credentials.pop(key, None)
             self.scram_credentials.update(upsertions)
+
+    # -- feature flags ---------------------------------------------------------------------------
+
+    @property
+    def consumer_protocol_enabled(self) -> bool:
+        """Kafka's KafkaApis.isConsumerGroupProtocolEnabled: the consumer protocol is in
+        group.coordinator.rebalance.protocols and group.version is finalized at 1 or more."""
+        return (
+            "consumer" in self.config["group.coordinator.rebalance.protocols"]
+            and self.features.level(GROUP_VERSION) >= 1
+        )
+
+    def _refresh_api_specs(self) -> None:
+        """Without the consumer protocol its APIs are not advertised (nor served)."""
+        enabled = self.consumer_protocol_enabled
+        self.api_specs = {
+            key: spec
+            for key, spec in API_SPECS.items()
+            if enabled or key not in CONSUMER_PROTOCOL_APIS
+        }
+
+    @_completes_when_cancelled
+    async def update_features(self, updates: list[FeatureUpdate], validate_only: bool) -> None:
+        """Check, then (unless validate_only) store and apply one UpdateFeatures request's
+        changes, all or none; raises InvalidFeatureUpdate. The next ApiVersions shows them."""
+        async with self._metadata_lock:
+            updated = self.features.updated(updates, self.node_id)
+            if validate_only or updated is self.features:
+                return
+            await self._in_metadata_thread(
+                self.store.set_finalized_features, updated.levels, updated.epoch
+            )
+            self.features = updated
+            self._refresh_api_specs()
+            log.info("finalized features %s (epoch %d)", updated.levels, updated.epoch)
 
     # -- state changes (serialized; durable in the store before they become visible) ---------
 

@@ -140,6 +140,7 @@ class CoordinatorRuntime:
         producer_epoch: int,
         commit: bool,
         coordinator_epoch: int,
+        transaction_version: int = 0,
     ) -> None:
         """Write the producer's COMMIT or ABORT marker to `partition` of `__consumer_offsets`
         and replay it: the producer's pending offsets of the groups there become committed or
@@ -151,7 +152,14 @@ class CoordinatorRuntime:
         # Through the replica manager: a read_committed fetch parked on the partition (an
         # operator debugging the topic) is released by the marker like by any append.
         self.broker.replica_manager.append_marker(
-            OFFSETS_TOPIC, partition, producer_id, producer_epoch, commit, coordinator_epoch, now_ms
+            OFFSETS_TOPIC,
+            partition,
+            producer_id,
+            producer_epoch,
+            commit,
+            coordinator_epoch,
+            now_ms,
+            transaction_version,
         )
         self.coordinator.replay_end_transaction(partition, producer_id, commit)
 

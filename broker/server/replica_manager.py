@@ -173,6 +173,7 @@ class ReplicaManager:
         commit: bool,
         coordinator_epoch: int,
         now_ms: int,
+        transaction_version: int = 0,
     ) -> AppendResult:
         """Write a COMMIT or ABORT marker (WriteTxnMarkers) and wake the fetches parked on the
         partition: the LSO moved. Raises ProducerStateError with the partition's error code:
@@ -191,6 +192,7 @@ class ReplicaManager:
             coordinator_epoch,
             now_ms=now_ms,
             leader_epoch=self.leader_epoch,
+            transaction_version=transaction_version,
         )
         self.appended((topic, partition), result.size)
         return result

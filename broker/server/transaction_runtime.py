@@ -108,21 +108,27 @@ class TransactionRuntime:
         commit: bool,
         coordinator_epoch: int,
         now_ms: int,
+        transaction_version: int = 0,
     ) -> ErrorCode:
         """Write one COMMIT/ABORT marker: to a data partition, or to a group's partition of
-        `__consumer_offsets`, where the group coordinator also settles the pending offsets."""
+        `__consumer_offsets`, where the group coordinator also settles the pending offsets.
+        `transaction_version` decides how the partition checks the marker's producer epoch
+        (ProducerStateManager.check_end_txn_marker)."""
         rm = self.broker.replica_manager
         if rm.log(topic, partition) is None:
             return ErrorCode.unknown_topic_or_partition
+        marker = {
+            "producer_id": producer_id,
+            "producer_epoch": producer_epoch,
+            "commit": commit,
+            "coordinator_epoch": coordinator_epoch,
+            "transaction_version": transaction_version,
+        }
         try:
             if topic == OFFSETS_TOPIC:
-                self.broker.coordinator_runtime.complete_transaction(
-                    partition, producer_id, producer_epoch, commit, coordinator_epoch
-                )
+                self.broker.coordinator_runtime.complete_transaction(partition, **marker)
             else:
-                rm.append_marker(
-                    topic, partition, producer_id, producer_epoch, commit, coordinator_epoch, now_ms
-                )
+                rm.append_marker(topic, partition, now_ms=now_ms, **marker)
         except ProducerStateError as e:
             # The partition knows a newer epoch of this producer: the marker is stale.
             return e.error_code

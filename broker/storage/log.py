@@ -433,18 +433,22 @@ class Log:
         *,
         now_ms: int,
         leader_epoch: int | None,
+        transaction_version: int = 0,
     ) -> AppendResult:
         """Append a COMMIT or ABORT marker for the producer (WriteTxnMarkers), ending its
         transaction on this partition; an aborted one is added to the txn index.
 
         Raises ProducerStateError, writing nothing, for a zombie: a producer epoch below the
-        one the partition knows (INVALID_PRODUCER_EPOCH) or a coordinator epoch below the last
-        marker's (TRANSACTION_COORDINATOR_FENCED). A marker for a producer without an ongoing
+        one the partition knows, or for `transaction_version` 2 not above it
+        (INVALID_PRODUCER_EPOCH), or a coordinator epoch below the last marker's
+        (TRANSACTION_COORDINATOR_FENCED). A marker for a producer without an ongoing
         transaction here is still written and records the epochs, as Kafka does."""
         data = build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
         header = read_header(data)
         with self._lock:
-            self.producer_state.check_end_txn_marker(producer_id, producer_epoch, coordinator_epoch)
+            self.producer_state.check_end_txn_marker(
+                producer_id, producer_epoch, coordinator_epoch, transaction_version
+            )
             return self.append(data, header, now_ms=now_ms, leader_epoch=leader_epoch)
 
     def _end_txn(

@@ -176,6 +176,18 @@ class LogManager:
     def logs(self) -> Iterable[tuple[TopicPartition, Log]]:
         return list(self._logs.items())
 
+    def logs_by_dir(self) -> dict[Path, list[tuple[TopicPartition, Log]]]:
+        """Every log dir, in log.dirs order and empty ones too, with the logs it holds."""
+        # Copies first: deletions run in threads, and a log deleted between the two copies is
+        # left out rather than listed without a dir.
+        dir_of, logs = dict(self._dir_of), list(self._logs.items())
+        by_dir: dict[Path, list[tuple[TopicPartition, Log]]] = {d: [] for d in self.log_dirs}
+        for tp, log in logs:
+            log_dir = dir_of.get(tp)
+            if log_dir is not None:
+                by_dir[log_dir].append((tp, log))
+        return by_dir
+
     def checkpoint(self) -> None:
         """Write both checkpoint files of every log dir. Blocking (fsync): callers on the event
         loop run it in a thread. The snapshot is taken under the lock, so a later call never

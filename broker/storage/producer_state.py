@@ -229,20 +229,32 @@ class ProducerStateManager:
     # ---- transaction markers -------------------------------------------------------------
 
     def check_end_txn_marker(
-        self, producer_id: int, producer_epoch: int, coordinator_epoch: int
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        transaction_version: int = 0,
     ) -> None:
         """Refuse a marker from a zombie: an older producer epoch than the partition knows
         (INVALID_PRODUCER_EPOCH) or an older coordinator epoch than the last marker's
-        (TRANSACTION_COORDINATOR_FENCED). Replayed markers are not checked."""
+        (TRANSACTION_COORDINATOR_FENCED). Replayed markers are not checked.
+
+        A marker of transaction version 2 (KIP-890) must be above the known epoch, as Kafka's
+        ProducerAppendInfo checks: that version bumps the epoch when it ends a transaction, so
+        a marker at the known epoch is a late or duplicate one (KIP-1228). Older versions end
+        a transaction under its records' epoch."""
         entry = self.producers.get(producer_id)
         if entry is None:
             return
-        if producer_epoch < entry.producer_epoch:
+        strict = transaction_version >= 2
+        if producer_epoch < entry.producer_epoch or (
+            strict and producer_epoch == entry.producer_epoch
+        ):
             raise ProducerStateError(
                 ErrorCode.invalid_producer_epoch,
                 f"Epoch of producer {producer_id} in the transaction marker is "
-                f"{producer_epoch}, which is smaller than the last seen epoch "
-                f"{entry.producer_epoch}",
+                f"{producer_epoch}, which is {'<=' if strict else '<'} the last seen epoch "
+                f"{entry.producer_epoch} (TV{transaction_version})",
             )
         if coordinator_epoch < entry.coordinator_epoch:
             raise ProducerStateError(

@@ -1,5 +1,5 @@
 """confluent-kafka AdminClient against a real broker process: configs, partitions, deletion,
-Kafka's error codes for invalid requests, DeleteRecords and DescribeCluster."""
+Kafka's error codes for invalid requests, DeleteRecords, DescribeCluster and leader elections."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from compat_support import topic_name, wait_until
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
+    ElectionType,
     KafkaError,
     KafkaException,
     Producer,
@@ -412,3 +413,17 @@ def test_static_broker_config_cannot_be_altered(admin):
     )
     err = error_of(admin.incremental_alter_configs([node])[node])
     assert err.code() in (KafkaError.INVALID_CONFIG, KafkaError.INVALID_REQUEST), err
+
+
+def test_elect_leaders(admin):
+    """One broker leads every partition: no election is needed, and an unknown partition is
+    refused."""
+    topic = topic_name("elect")
+    create(admin, topic, 2)
+    results = admin.elect_leaders(
+        ElectionType.PREFERRED, [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    ).result(30)
+    codes = {tp.partition: error.code() for tp, error in results.items()}
+    assert codes == {0: KafkaError.ELECTION_NOT_NEEDED, 1: KafkaError.ELECTION_NOT_NEEDED}
+    unknown = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 9)]).result(30)
+    assert [error.code() for error in unknown.values()] == [KafkaError.UNKNOWN_TOPIC_OR_PART]

@@ -1,5 +1,6 @@
 """kafka-python KafkaAdminClient against a real broker process: configs, partitions, deletion,
-Kafka's errors for invalid requests, DeleteRecords and the cluster description."""
+Kafka's errors for invalid requests, DeleteRecords, the cluster description and its log dirs,
+leader elections, partition reassignments and paged topic descriptions (DescribeTopicPartitions)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,13 @@ import kafka.errors as Errors
 import pytest
 from compat_support import topic_name
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, KafkaAdminClient
+from kafka.admin import (
+    AlterConfigOp,
+    ConfigResource,
+    ConfigResourceType,
+    KafkaAdminClient,
+    UpdateFeatureType,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -43,6 +50,17 @@ def partition_count(admin, name: str) -> int | None:
         if t["name"] == name:
             return len(t["partitions"])
     return None
+
+
+def produce_ten(broker_process, topic: str) -> None:
+    """Ten records to partition 0, acknowledged by the broker."""
+    producer = KafkaProducer(
+        bootstrap_servers=broker_process.bootstrap, acks="all", enable_idempotence=False
+    )
+    for i in range(10):
+        producer.send(topic, b"v%d" % i, partition=0)
+    producer.flush(30)
+    producer.close()
 
 
 def test_describe_configs(admin):
@@ -164,13 +182,7 @@ def test_create_topic_with_broker_defaults(admin):
 def test_delete_records(admin, broker_process):
     topic = topic_name("kpa-delrec")
     create(admin, topic)
-    producer = KafkaProducer(
-        bootstrap_servers=broker_process.bootstrap, acks="all", enable_idempotence=False
-    )
-    for i in range(10):
-        producer.send(topic, b"v%d" % i, partition=0)
-    producer.flush(30)
-    producer.close()
+    produce_ten(broker_process, topic)
     tp = TopicPartition(topic, 0)
     result = admin.delete_records({tp: 4})
     assert result[tp]["low_watermark"] == 4
@@ -190,6 +202,28 @@ def test_describe_cluster(admin, broker_process):
     assert cluster["controller_id"] == node["broker_id"]
 
 
+def test_describe_log_dirs(admin, broker_process):
+    topic = topic_name("kpa-logdirs")
+    create(admin, topic, partitions=2)
+    produce_ten(broker_process, topic)
+
+    [described] = admin.describe_log_dirs({topic: [0, 1]})
+    [log_dir] = described["log_dirs"]
+    assert log_dir["error_code"] == 0
+    assert log_dir["log_dir"] == str(broker_process.log_dir.absolute())
+    assert log_dir["total_bytes"] >= log_dir["usable_bytes"] >= 0
+    [t] = log_dir["topics"]
+    sizes = {p["partition_index"]: p["partition_size"] for p in t["partitions"]}
+    on_disk = sum(f.stat().st_size for f in (broker_process.log_dir / f"{topic}-0").glob("*.log"))
+    assert t["name"] == topic and sizes == {0: on_disk, 1: 0} and on_disk > 0
+    assert all(p["offset_lag"] == 0 and not p["is_future_key"] for p in t["partitions"])
+
+    # Without topics the client names every topic it finds in Metadata.
+    [everything] = admin.describe_log_dirs()
+    [log_dir] = everything["log_dirs"]
+    assert topic in {t["name"] for t in log_dir["topics"]}
+
+
 def test_broker_configs(admin):
     result = admin.describe_configs(
         [ConfigResource(ConfigResourceType.BROKER, "1")], config_filter="all"
@@ -197,3 +231,66 @@ def test_broker_configs(admin):
     configs = result["broker"]["1"]
     assert configs["num.partitions"]["value"] == "1"
     assert configs["log.retention.ms"]["value"] == "604800000"
+
+
+@pytest.mark.parametrize("election_type", [0, 1])
+def test_elect_leaders_needs_none(admin, election_type):
+    topic = topic_name("elect")
+    create(admin, topic, 2)
+    response = admin.elect_leaders(election_type, {topic: [0, 1]})
+    codes = {
+        (r.topic, p.partition_id): p.error_code
+        for r in response.replica_election_results
+        for p in r.partition_result
+    }
+    election_not_needed = Errors.ElectionNotNeededError.errno
+    assert codes == {(topic, 0): election_not_needed, (topic, 1): election_not_needed}
+    with pytest.raises(Errors.UnknownTopicOrPartitionError):
+        admin.elect_leaders(election_type, {topic: [7]})
+
+
+def test_partition_reassignments(admin):
+    topic = topic_name("reassign")
+    create(admin, topic)
+    tp = TopicPartition(topic, 0)
+    assert admin.list_partition_reassignments() == {}
+    # The assignment the partition has is taken; a broker that does not exist is not.
+    assert admin.alter_partition_reassignments({tp: [1]}) == {tp: None}
+    refused = admin.alter_partition_reassignments({tp: [1, 2]})
+    assert refused == {tp: Errors.InvalidReplicationAssignmentError}
+    assert admin.list_partition_reassignments({topic: [0]}) == {}
+
+
+def test_describe_topic_partitions_pages(admin):
+    topic = topic_name("paged")
+    create(admin, topic, 3)
+    first = admin.describe_topic_partitions([topic], response_partition_limit=2)
+    [described] = first["topics"]
+    assert (described["name"], described["error_code"]) == (topic, 0)
+    assert [p["partition_index"] for p in described["partitions"]] == [0, 1]
+    assert first["next_cursor"] == {"topic_name": topic, "partition_index": 2}
+    rest = admin.describe_topic_partitions([topic], cursor=first["next_cursor"])
+    assert [p["partition_index"] for p in rest["topics"][0]["partitions"]] == [2]
+    assert rest["next_cursor"] is None
+
+
+def test_describe_and_update_features(admin):
+    """KIP-584 feature flags as a Kafka 4.3 broker shows them (ApiVersions v3+), and
+    UpdateFeatures: a validated downgrade changes nothing, a refused level raises."""
+    features = admin.describe_features()
+    assert features["metadata.version"]["supported"] == (30, 30)
+    assert features["metadata.version"]["finalized"] == (30, 30)
+    assert features["group.version"]["supported"] == (0, 1)
+    assert features["transaction.version"]["finalized"] == (1, 1)
+    epoch = features["metadata.version"]["finalized_epoch"]
+    assert epoch is not None and epoch >= 0
+    assert admin.update_features(
+        {"group.version": (UpdateFeatureType.SAFE_DOWNGRADE, 0)}, validate_only=True
+    ) == {"group.version": "OK"}
+    assert admin.describe_features()["group.version"]["finalized"] == (1, 1)
+    with pytest.raises(Errors.InvalidUpdateVersionError):
+        admin.update_features({"transaction.version": 2})
+    assert admin.update_features({"transaction.version": 1}) == {"transaction.version": "OK"}
+    after = admin.describe_features()
+    assert after["transaction.version"]["finalized"] == (1, 1)
+    assert after["metadata.version"]["finalized_epoch"] == epoch + 1

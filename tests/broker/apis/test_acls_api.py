@@ -340,7 +340,8 @@ def delete_acls(*filters, v=3):
 
 async def commit_an_offset(broker, conn):
     await broker.create_acls([acl(R.GROUP, GROUP, Op.READ), acl(R.TOPIC, TOPIC, Op.READ)])
-    response = await conn.send(offset_commit_for(GROUP)(None))
+    topic_id = broker.image.topic(TOPIC).topic_id  # OffsetCommit v10 names topics by id
+    response = await conn.send(offset_commit_for(GROUP)(topic_id))
     assert response.topics[0].partitions[0].error_code == ErrorCode.none
     await reset_acls(broker)
 
@@ -431,7 +432,29 @@ CASES = [
         [(R.GROUP, GROUP, Op.ALTER_CONFIGS, GROUP_30)],
         None,
     ),
+    (
+        "DescribeLogDirs",
+        sweep(35),
+        [(R.CLUSTER, CLUSTER_NAME, Op.DESCRIBE, CLUSTER_31)],
+        None,
+    ),
     ("CreatePartitions", sweep(37), [(R.TOPIC, TOPIC, Op.ALTER, TOPIC_29)], None),
+    ("ElectLeaders", sweep(43), [(R.CLUSTER, CLUSTER_NAME, Op.ALTER, CLUSTER_31)], None),
+    ("ElectLeaders-v0", sweep(43, 0), [(R.CLUSTER, CLUSTER_NAME, Op.ALTER, CLUSTER_31)], None),
+    (
+        "AlterPartitionReassignments",
+        sweep(45),
+        [(R.CLUSTER, CLUSTER_NAME, Op.ALTER, CLUSTER_31)],
+        None,
+    ),
+    (
+        "ListPartitionReassignments",
+        sweep(46),
+        [(R.CLUSTER, CLUSTER_NAME, Op.DESCRIBE, CLUSTER_31)],
+        None,
+    ),
+    ("UpdateFeatures", sweep(57), [(R.CLUSTER, CLUSTER_NAME, Op.ALTER, CLUSTER_31)], None),
+    ("DescribeTopicPartitions", sweep(75), [(R.TOPIC, TOPIC, Op.DESCRIBE, TOPIC_29)], None),
     (
         "FindCoordinator-group",
         find_coordinator(0, GROUP),
@@ -742,7 +765,7 @@ async def test_authorized_operations_reflect_the_acls(secured):
 
 async def test_list_groups_and_transactions_show_what_the_principal_may_describe(secured):
     broker, conn = secured
-    await broker.create_topic(TOPIC, 1, {})
+    topic = await broker.create_topic(TOPIC, 1, {})
     await broker.create_acls(
         [
             acl(R.GROUP, "*", Op.READ),
@@ -751,7 +774,7 @@ async def test_list_groups_and_transactions_show_what_the_principal_may_describe
         ]
     )
     for group in ("mine", "theirs"):
-        await conn.send(offset_commit_for(group)(None))
+        await conn.send(offset_commit_for(group)(topic.topic_id))
     for txn in ("mine-tx", "their-tx"):
         assert (await conn.send(init_producer_id(txn)(None))).error_code == ErrorCode.none
     await reset_acls(broker)

@@ -98,6 +98,7 @@ def list_offsets(v, topic_id):
         replica_id=-1,
         isolation_level=0,
         topics=(_topic_req(2, v, "ListOffsetsTopic", partitions=(part,)),),
+        timeout=ms(5000),
     )
 
 
@@ -198,6 +199,11 @@ def alter_configs(v, topic_id):
     return req(33, v, "AlterConfigsRequest", resources=(res,), validate_only=True)
 
 
+def describe_log_dirs(v, topic_id):
+    topic = req(35, v, "DescribableLogDirTopic", topic=TOPIC, partitions=(0,))
+    return req(35, v, "DescribeLogDirsRequest", topics=(topic,))
+
+
 def create_partitions(v, topic_id):
     topic = req(37, v, "CreatePartitionsTopic", name=TOPIC, count=2 + v, assignments=None)
     return req(
@@ -209,6 +215,32 @@ def incremental_alter_configs(v, topic_id):
     cfg = req(44, v, "AlterableConfig", name="retention.ms", config_operation=0, value="1000")
     res = req(44, v, "AlterConfigsResource", resource_type=2, resource_name=TOPIC, configs=(cfg,))
     return req(44, v, "IncrementalAlterConfigsRequest", resources=(res,), validate_only=True)
+
+
+def elect_leaders(v, topic_id):
+    topic = req(43, v, "TopicPartitions", topic=TOPIC, partitions=(0,))
+    return req(
+        43, v, "ElectLeadersRequest", election_type=0, topic_partitions=(topic,), timeout=ms(5000)
+    )
+
+
+def alter_partition_reassignments(v, topic_id):
+    # Cancelling a reassignment: none is in progress on one broker.
+    part = req(45, v, "ReassignablePartition", partition_index=0, replicas=None)
+    topic = req(45, v, "ReassignableTopic", name=TOPIC, partitions=(part,))
+    return req(45, v, "AlterPartitionReassignmentsRequest", topics=(topic,), timeout=ms(5000))
+
+
+def list_partition_reassignments(v, topic_id):
+    topic = req(46, v, "ListPartitionReassignmentsTopics", name=TOPIC, partition_indexes=(0,))
+    return req(46, v, "ListPartitionReassignmentsRequest", topics=(topic,), timeout=ms(5000))
+
+
+def describe_topic_partitions(v, topic_id):
+    topic = req(75, v, "TopicRequest", name=TOPIC)
+    return req(
+        75, v, "DescribeTopicPartitionsRequest", topics=(topic,), response_partition_limit=10
+    )
 
 
 def describe_cluster(v, topic_id):
@@ -245,7 +277,11 @@ def offset_commit(v, topic_id):
         member_id="",
         group_instance_id=None,
         retention_time=ms(-1),
-        topics=(req(8, v, "OffsetCommitRequestTopic", name=TOPIC, partitions=(part,)),),
+        topics=(
+            req(
+                8, v, "OffsetCommitRequestTopic", name=TOPIC, topic_id=topic_id, partitions=(part,)
+            ),
+        ),
     )
 
 
@@ -253,7 +289,9 @@ def offset_fetch(v, topic_id):
     if v < 8:
         topic = req(9, v, "OffsetFetchRequestTopic", name=TOPIC, partition_indexes=(0,))
         return req(9, v, "OffsetFetchRequest", group_id="g", topics=(topic,), require_stable=False)
-    topic = req(9, v, "OffsetFetchRequestTopics", name=TOPIC, partition_indexes=(0,))
+    topic = req(
+        9, v, "OffsetFetchRequestTopics", name=TOPIC, topic_id=topic_id, partition_indexes=(0,)
+    )
     group = req(
         9,
         v,
@@ -285,6 +323,20 @@ def delete_groups(v, topic_id):
     return req(42, v, "DeleteGroupsRequest", groups_names=("no-such-group",))
 
 
+def update_features(v, topic_id):
+    """transaction.version to its current level: a no-op update (v0 has no upgrade_type)."""
+    update = req(
+        57,
+        v,
+        "FeatureUpdateKey",
+        feature="transaction.version",
+        max_version_level=1,
+        allow_downgrade=False,
+        upgrade_type=1,
+    )
+    return req(57, v, "UpdateFeaturesRequest", timeout=ms(60000), feature_updates=(update,))
+
+
 FACTORIES = {
     0: produce,
     1: fetch,
@@ -298,8 +350,14 @@ FACTORIES = {
     23: offset_for_leader_epoch,
     32: describe_configs,
     33: alter_configs,
+    35: describe_log_dirs,
     37: create_partitions,
+    43: elect_leaders,
     44: incremental_alter_configs,
+    45: alter_partition_reassignments,
+    46: list_partition_reassignments,
+    75: describe_topic_partitions,
+    57: update_features,
     60: describe_cluster,
     10: find_coordinator,
     8: offset_commit,
@@ -309,6 +367,8 @@ FACTORIES = {
     42: delete_groups,
 }
 EXPECTED_ERRORS = {
+    43: ErrorCode.election_not_needed,
+    45: ErrorCode.no_reassignment_in_progress,
     20: ErrorCode.unknown_topic_or_partition,
     47: ErrorCode.group_id_not_found,
     42: ErrorCode.group_id_not_found,

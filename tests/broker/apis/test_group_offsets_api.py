@@ -1,7 +1,10 @@
 """Offsets and group administration at the protocol level: commits survive restarts (replayed
-from __consumer_offsets), ListGroups/DeleteGroups/OffsetDelete, GROUP configs."""
+from __consumer_offsets), topics by id (v10), ListGroups/DeleteGroups/OffsetDelete, GROUP
+configs."""
 
 from __future__ import annotations
+
+import uuid
 
 from in_process_broker import running_broker
 from kafka_requests import req
@@ -10,7 +13,13 @@ from kio.schema.errors import ErrorCode
 from broker.client.connection import BrokerConnection
 
 
+def _key(topic) -> str:
+    """The topic of a response entry: its id from v10 on, before that its name."""
+    return topic.topic_id if hasattr(topic, "topic_id") else topic.name
+
+
 async def commit(conn: BrokerConnection, group: str, offsets: dict, generation=-1, v=9):
+    """`offsets` by (topic, partition); a topic is a name, or from v10 on an id."""
     topics = {}
     for (topic, partition), offset in offsets.items():
         topics.setdefault(topic, []).append(
@@ -34,35 +43,37 @@ async def commit(conn: BrokerConnection, group: str, offsets: dict, generation=-
             member_id="",
             group_instance_id=None,
             topics=tuple(
-                req(8, v, "OffsetCommitRequestTopic", name=t, partitions=tuple(ps))
+                req(8, v, "OffsetCommitRequestTopic", name=t, topic_id=t, partitions=tuple(ps))
                 for t, ps in topics.items()
             ),
         )
     )
     return {
-        (t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions
+        (_key(t), p.partition_index): p.error_code for t in response.topics for p in t.partitions
     }
 
 
-async def fetch(conn: BrokerConnection, group: str, topics=None) -> dict:
+async def fetch(conn: BrokerConnection, group: str, topics=None, v=9, errors=False) -> dict:
+    """Offsets by (topic, partition), a topic named as in `commit`; with `errors`, each
+    partition's error code too."""
     wanted = (
         None
         if topics is None
         else tuple(
-            req(9, 9, "OffsetFetchRequestTopics", name=t, partition_indexes=tuple(ps))
+            req(9, v, "OffsetFetchRequestTopics", name=t, topic_id=t, partition_indexes=tuple(ps))
             for t, ps in topics.items()
         )
     )
     response = await conn.send(
         req(
             9,
-            9,
+            v,
             "OffsetFetchRequest",
             require_stable=False,
             groups=(
                 req(
                     9,
-                    9,
+                    v,
                     "OffsetFetchRequestGroup",
                     group_id=group,
                     member_id=None,
@@ -75,7 +86,8 @@ async def fetch(conn: BrokerConnection, group: str, topics=None) -> dict:
     [g] = response.groups
     assert g.error_code == ErrorCode.none
     return {
-        (t.name, p.partition_index): (p.committed_offset, p.metadata)
+        (_key(t), p.partition_index): (p.committed_offset, p.metadata)
+        + ((p.error_code,) if errors else ())
         for t in g.topics
         for p in t.partitions
     }
@@ -84,6 +96,62 @@ async def fetch(conn: BrokerConnection, group: str, topics=None) -> dict:
 async def list_groups(conn: BrokerConnection) -> dict:
     response = await conn.send(req(16, 5, "ListGroupsRequest", states_filter=(), types_filter=()))
     return {g.group_id: (g.group_state, g.group_type) for g in response.groups}
+
+
+NONE, UNKNOWN_ID = ErrorCode.none, ErrorCode.unknown_topic_id
+
+
+async def test_offsets_committed_by_topic_id_are_seen_by_id_and_by_name(broker, broker_client):
+    topic = await broker.create_topic("ids", 2, {})
+    tid = topic.topic_id
+    assert await commit(broker_client, "g", {(tid, 0): 5, (tid, 1): 7}, v=10) == {
+        (tid, 0): NONE,
+        (tid, 1): NONE,
+    }
+    by_id = {(tid, 0): (5, "m5"), (tid, 1): (7, "m7")}
+    assert await fetch(broker_client, "g", {tid: [0, 1]}, v=10) == by_id
+    assert await fetch(broker_client, "g", v=10) == by_id  # all offsets: named by id too
+    assert await fetch(broker_client, "g", {"ids": [0, 1]}) == {
+        ("ids", 0): (5, "m5"),
+        ("ids", 1): (7, "m7"),
+    }
+    # A commit by name (v9) is one of the topic's, whatever its id.
+    await commit(broker_client, "g", {("ids", 1): 8})
+    assert await fetch(broker_client, "g", {tid: [1]}, v=10) == {(tid, 1): (8, "m8")}
+
+
+async def test_a_topic_id_the_broker_does_not_know_is_unknown_topic_id(broker, broker_client):
+    tid = (await broker.create_topic("known", 1, {})).topic_id
+    unknown = uuid.uuid4()
+    # The response names each topic by the id it was asked by, known or not; the zero id
+    # (sent for a topic whose id the client lacks) names no topic either.
+    errors = await commit(broker_client, "g", {(unknown, 0): 1, (tid, 0): 2}, v=10)
+    assert errors == {(unknown, 0): UNKNOWN_ID, (tid, 0): NONE}
+    zero = await commit(broker_client, "g", {(uuid.UUID(int=0), 0): 3}, v=10)
+    assert list(zero.values()) == [UNKNOWN_ID]
+    fetched = await fetch(broker_client, "g", {unknown: [0], tid: [0]}, v=10, errors=True)
+    assert fetched == {(unknown, 0): (-1, "", UNKNOWN_ID), (tid, 0): (2, "m2", NONE)}
+
+
+async def test_an_offset_committed_by_id_is_not_another_topic_of_the_same_name(tmp_path):
+    """Kafka keeps the id with an offset committed by id (OffsetCommitValue version 4): a fetch
+    by id leaves out an offset of a topic deleted and created again under its name. Fjord,
+    unlike Kafka, keeps a deleted topic's offsets, so the name alone still finds it."""
+    async with running_broker(tmp_path) as (broker, conn):
+        old = (await broker.create_topic("again", 1, {})).topic_id
+        assert await commit(conn, "g", {(old, 0): 9}, v=10) == {(old, 0): NONE}
+        await broker.delete_topic("again")
+        assert await fetch(conn, "g", v=10) == {}  # its id is gone: it cannot be named
+        new = (await broker.create_topic("again", 1, {})).topic_id
+    async with running_broker(tmp_path) as (_, conn):  # the id is read back from the log
+        assert await fetch(conn, "g", {new: [0]}, v=10) == {(new, 0): (-1, "")}
+        assert await fetch(conn, "g", {old: [0]}, v=10, errors=True) == {
+            (old, 0): (-1, "", UNKNOWN_ID)
+        }
+        assert await fetch(conn, "g", {"again": [0]}) == {("again", 0): (9, "m9")}
+        # Committed again by the new id, the offset is the new topic's.
+        await commit(conn, "g", {(new, 0): 4}, v=10)
+        assert await fetch(conn, "g", {new: [0]}, v=10) == {(new, 0): (4, "m4")}
 
 
 async def test_committed_offsets_survive_a_restart(tmp_path):

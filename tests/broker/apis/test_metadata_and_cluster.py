@@ -95,3 +95,36 @@ async def test_consumer_protocol_apis_are_not_advertised_when_disabled(tmp_path)
         )
         keys = {k.api_key for k in versions.api_keys}
         assert 11 in keys and 68 not in keys and 69 not in keys
+
+
+async def test_metadata_v13_carries_a_top_level_error_code(broker, broker_client):
+    """KIP-1102: Kafka's brokers answer NONE there (REBOOTSTRAP_REQUIRED would send the client
+    back to its bootstrap servers) and keep topic errors per topic."""
+    await broker.create_topic("m13", 2, {})
+    response = await broker_client.send(metadata("m13", "missing", v=13))
+    assert response.error_code == ErrorCode.none
+    found, missing = response.topics
+    assert (found.name, found.error_code, len(found.partitions)) == ("m13", ErrorCode.none, 2)
+    assert missing.error_code == ErrorCode.unknown_topic_or_partition
+    assert not hasattr(await broker_client.send(metadata("m13", v=12)), "error_code")
+
+
+async def test_describe_cluster_v2_flags_fenced_brokers(broker, broker_client):
+    """KIP-1073: fenced brokers are listed only when asked for, each with `is_fenced`. The one
+    broker answering is registered and unfenced: listed either way, never fenced."""
+    host, port = broker.bound["PLAINTEXT"]
+    for include_fenced in (False, True):
+        response = await broker_client.send(
+            req(
+                60,
+                2,
+                "DescribeClusterRequest",
+                include_cluster_authorized_operations=False,
+                endpoint_type=1,
+                include_fenced_brokers=include_fenced,
+            )
+        )
+        assert response.error_code == ErrorCode.none
+        assert [(b.broker_id, b.host, b.port, b.is_fenced) for b in response.brokers] == [
+            (broker.node_id, host, port, False)
+        ]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import struct
 
+import pytest
 from kafka_requests import fetch_request, produce_request, req
 from kio.schema.errors import ErrorCode
 
@@ -105,6 +107,51 @@ async def test_parked_fetch_is_answered_when_data_arrives(broker, broker_client)
         await producer.close()
 
 
+def with_high_watermark(request, high_watermark: int, replica_id: int):
+    """A Fetch v18 whose one partition tells the high watermark its fetcher knows (KIP-1166),
+    from a consumer (-1) or a follower (a broker id)."""
+    [topic] = request.topics
+    [part] = topic.partitions
+    part = dataclasses.replace(part, high_watermark=high_watermark)
+    return dataclasses.replace(
+        request,
+        replica_state=dataclasses.replace(request.replica_state, replica_id=replica_id),
+        topics=(dataclasses.replace(topic, partitions=(part,)),),
+    )
+
+
+@pytest.mark.parametrize("replica_id", [-1, 2])
+async def test_fetch_v18_high_watermark_does_not_answer_a_fetch_early(
+    broker, broker_client, replica_id
+):
+    """Kafka's KRaft quorum answers a fetcher that knows an older high watermark at once; its
+    brokers ignore the field, for consumers and followers alike, and so does Fjord: the fetch
+    waits for min_bytes as any other."""
+    topic = await broker.create_topic("t", 1, {})
+    await broker_client.send(produce_request("t", batch(2)))
+    host, port = broker.bound["PLAINTEXT"]
+    producer = await BrokerConnection.open(host, port)
+    try:
+        request = fetch_request(topic.topic_id, offset=2, min_bytes=1, max_wait=30_000, v=18)
+        parked = asyncio.ensure_future(
+            broker_client.send(with_high_watermark(request, 0, replica_id))
+        )
+        while not broker.replica_manager.parked(("t", 0)):
+            await asyncio.sleep(0)  # yield until the fetch is parked: a condition, not a delay
+        assert not parked.done()
+        await producer.send(produce_request("t", batch(1, 2)))
+        part, batches = fetched(await parked)
+        assert part.high_watermark == 3 and [h.base_offset for h, _ in batches] == [2]
+    finally:
+        await producer.close()
+    for known in (-1, 3, 2**63 - 1):  # unknown, current, "not supported" (the default)
+        request = fetch_request(topic.topic_id, v=18)
+        part, batches = fetched(
+            await broker_client.send(with_high_watermark(request, known, replica_id))
+        )
+        assert (part.error_code, part.high_watermark, len(batches)) == (ErrorCode.none, 3, 2)
+
+
 async def test_fetch_respects_max_bytes_but_returns_at_least_one_batch(broker, broker_client):
     topic = await broker.create_topic("t", 1, {})
     for i in range(3):
@@ -126,8 +173,6 @@ async def test_fetch_out_of_range_offset(broker, broker_client):
 async def test_unknown_fetch_session_is_rejected(broker, broker_client):
     topic = await broker.create_topic("t", 1, {})
     request = fetch_request(topic.topic_id)
-    import dataclasses
-
     response = await broker_client.send(
         dataclasses.replace(request, session_id=1234, session_epoch=1)
     )

@@ -300,28 +300,147 @@ async def test_list_and_describe_transactions_and_producers(broker, broker_clien
     assert p7.error_code == ErrorCode.unknown_topic_or_partition
 
 
-async def test_write_txn_markers_aborts_a_hanging_transaction(broker, broker_client):
-    """What kafka-transactions.sh abort sends (KIP-664): the LSO moves past the data."""
+def list_transactions(v=API_SPECS[66].max_version, states=(), **kw):
+    return req(
+        66,
+        v,
+        "ListTransactionsRequest",
+        state_filters=states,
+        producer_id_filters=(),
+        duration_filter=kw.pop("duration_filter", -1),
+        **kw,
+    )
+
+
+async def listed_ids(client, **kw) -> list[str]:
+    response = await client.send(list_transactions(**kw))
+    assert response.error_code == ErrorCode.none
+    return sorted(s.transactional_id for s in response.transaction_states)
+
+
+async def test_list_transactions_v2_filters_by_a_transactional_id_pattern(broker, broker_client):
+    """KIP-1152: the pattern must match the whole id; null or empty lists every one."""
     await broker.create_topic(TOPIC, 1, {})
-    pid, epoch = await begin(broker_client, "hanging")
-    await produce(broker_client, txn_batch(pid, epoch, 0, 2))
-    log = broker.replica_manager.log(TOPIC, 0)
-    assert log.last_stable_offset == 0
-    v = API_SPECS[27].max_version
+    for txn in ("app-1", "app-2", "other"):
+        await broker_client.send(init_producer_id(txn))
+    everything = ["app-1", "app-2", "other"]
+    assert await listed_ids(broker_client, transactional_id_pattern="app-.*") == everything[:2]
+    assert await listed_ids(broker_client, transactional_id_pattern="app") == []
+    assert await listed_ids(broker_client, transactional_id_pattern="o.*|app-2") == [
+        "app-2",
+        "other",
+    ]
+    assert await listed_ids(broker_client, transactional_id_pattern="") == everything
+    assert await listed_ids(broker_client, transactional_id_pattern=None) == everything
+    # The other filters still apply (a logical and).
+    pattern = "app-.*"
+    assert (
+        await listed_ids(broker_client, transactional_id_pattern=pattern, states=("Ongoing",)) == []
+    )
+    assert await listed_ids(broker_client, v=1) == everything  # no pattern before v2
+
+
+async def test_an_invalid_transactional_id_pattern_is_invalid_regular_expression(
+    broker, broker_client
+):
+    """Kafka throws InvalidRegularExpression, answered as the API's error response."""
+    await broker_client.send(init_producer_id("t"))
+    response = await broker_client.send(
+        list_transactions(transactional_id_pattern="(unclosed", states=("Bogus",))
+    )
+    assert response.error_code == ErrorCode.invalid_regular_expression
+    assert (response.unknown_state_filters, response.transaction_states) == ((), ())
+
+
+async def test_list_transactions_duration_filter_as_kafka_applies_it(broker, broker_client):
+    """KIP-994 (v1): only ids whose transaction started more than `duration_filter` ms ago.
+    Kafka's TransactionStateManager compares the start time whatever the state, so an id
+    without a transaction (start -1) passes any duration; -1 turns the filter off."""
+    await broker.create_topic(TOPIC, 1, {})
+    await broker_client.send(init_producer_id("idle"))
+    await begin(broker_client, "open")
+    hour = 3_600_000
+    assert await listed_ids(broker_client, v=1, duration_filter=hour) == ["idle"]
+    assert await listed_ids(broker_client, v=1, duration_filter=-1) == ["idle", "open"]
+    started = broker.transaction_coordinator.transactions["open"].start_ms
+    while int(time.time() * 1000) - started <= 1:
+        await asyncio.sleep(0.001)  # until the transaction is older than 1 ms: a condition
+    assert await listed_ids(broker_client, duration_filter=1) == ["idle", "open"]
+
+
+async def write_marker(client, pid, epoch, partitions, *, topic=TOPIC, commit=False, **kw):
+    """One WriteTxnMarkers marker; the error code of each partition. `kw`: the marker's other
+    fields (transaction_version, v2) and `v`, the request's version."""
+    v = kw.pop("v", API_SPECS[27].max_version)
     marker = req(
         27,
         v,
         "WritableTxnMarker",
         producer_id=pid,
         producer_epoch=epoch,
-        transaction_result=False,
-        topics=(req(27, v, "WritableTxnMarkerTopic", name=TOPIC, partition_indexes=(0, 3)),),
+        transaction_result=commit,
+        topics=(req(27, v, "WritableTxnMarkerTopic", name=topic, partition_indexes=partitions),),
         coordinator_epoch=0,
+        **kw,
     )
-    response = await broker_client.send(req(27, v, "WriteTxnMarkersRequest", markers=(marker,)))
-    codes = [p.error_code for p in response.markers[0].topics[0].partitions]
+    response = await client.send(req(27, v, "WriteTxnMarkersRequest", markers=(marker,)))
+    return [p.error_code for p in response.markers[0].topics[0].partitions]
+
+
+@pytest.mark.parametrize("v", versions(27))
+async def test_write_txn_markers_aborts_a_hanging_transaction(broker, broker_client, v):
+    """What kafka-transactions.sh abort sends (KIP-664): the LSO moves past the data. Its
+    markers have no transaction version (v2's default 0: the records' epoch will do)."""
+    await broker.create_topic(TOPIC, 1, {})
+    pid, epoch = await begin(broker_client, "hanging")
+    await produce(broker_client, txn_batch(pid, epoch, 0, 2))
+    log = broker.replica_manager.log(TOPIC, 0)
+    assert log.last_stable_offset == 0
+    codes = await write_marker(broker_client, pid, epoch, (0, 3), v=v)
     assert codes == [ErrorCode.none, ErrorCode.unknown_topic_or_partition]
     assert log.last_stable_offset == log.high_watermark == 3
+
+
+async def test_a_transaction_version_2_marker_must_be_above_the_partitions_epoch(
+    broker, broker_client
+):
+    """KIP-1228: transaction version 2 ends each transaction under a bumped epoch, so its
+    marker at the epoch of the records is a late or duplicate one, refused with
+    INVALID_PRODUCER_EPOCH, as Kafka's ProducerAppendInfo does, on data partitions and on the
+    group's partition of __consumer_offsets alike; nothing is written."""
+    await broker.create_topic(TOPIC, 1, {})
+    pid, epoch = await begin(broker_client, "tv2")
+    await produce(broker_client, txn_batch(pid, epoch, 0, 2))
+    assert (await broker_client.send(add_offsets("tv2", pid, epoch, "g"))).error_code == 0
+    committed = await broker_client.send(txn_offset_commit("tv2", pid, epoch, "g", 42))
+    assert committed.topics[0].partitions[0].error_code == ErrorCode.none
+    offsets = broker.group_coordinator.partition_for("g")
+    log = broker.replica_manager.log(TOPIC, 0)
+
+    async def committed_offset():
+        fetched_ = await broker_client.send(offset_fetch("g"))
+        return fetched_.groups[0].topics[0].partitions[0].committed_offset
+
+    for topic, partition in ((TOPIC, 0), ("__consumer_offsets", offsets)):
+        stale = await write_marker(
+            broker_client, pid, epoch, (partition,), topic=topic, commit=True, transaction_version=2
+        )
+        assert stale == [ErrorCode.invalid_producer_epoch]
+    assert log.last_stable_offset == 0 and log.high_watermark == 2
+    assert await committed_offset() == -1  # still pending
+    for topic, partition in ((TOPIC, 0), ("__consumer_offsets", offsets)):
+        bumped = await write_marker(
+            broker_client,
+            pid,
+            epoch + 1,
+            (partition,),
+            topic=topic,
+            commit=True,
+            transaction_version=2,
+        )
+        assert bumped == [ErrorCode.none]
+    assert log.last_stable_offset == log.high_watermark == 3
+    assert await committed_offset() == 42
 
 
 async def test_transactional_produce_needs_the_partition_in_the_transaction(broker, broker_client):

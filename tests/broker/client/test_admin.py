@@ -89,6 +89,20 @@ async def test_describe_cluster(cluster):
     assert (described.brokers[0].host, described.brokers[0].port) == broker.bound["PLAINTEXT"]
 
 
+async def test_describe_log_dirs(cluster):
+    broker, conn, admin = cluster
+    await admin.create_topics([NewTopic("sized", 2)])
+    await produce(conn, "sized", 10, partition=1)
+    described = await admin.describe_log_dirs()
+    [[log_dir]] = described.values()
+    assert log_dir.path == str(broker.log_manager.log_dirs[0].absolute())
+    sizes = {tp: info.size for tp, info in log_dir.replicas.items() if tp[0] == "sized"}
+    assert sizes[("sized", 0)] == 0 < sizes[("sized", 1)]
+    assert sizes[("sized", 1)] == broker.log_manager.get("sized", 1).size_in_bytes
+    assert 0 < log_dir.usable_bytes <= log_dir.total_bytes
+    assert await admin.describe_log_dirs([broker.node_id]) == described
+
+
 async def test_topic_lifecycle(cluster):
     _, conn, admin = cluster
     (validated,) = await admin.create_topics([NewTopic("orders", 3)], validate_only=True)

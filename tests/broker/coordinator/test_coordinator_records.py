@@ -286,6 +286,29 @@ def test_offset_commit_is_written_at_the_version_kafka_writes() -> None:
     assert value[:2] == b"\x00\x01"
 
 
+def test_an_offset_committed_by_topic_id_keeps_it_in_tagged_field_0() -> None:
+    """Kafka 4.1+ (KAFKA-19141): version 4 with the topic id as tagged field 0; written for a
+    commit by id (OffsetCommit v10), the only one with an id to keep."""
+    topic_id = uuid.UUID("3f6e8a7c-1d2b-4c5e-9f80-a1b2c3d4e5f6")
+    value_bytes = bytes.fromhex(
+        "0004"
+        + OFFSET
+        + "00000005"
+        + compact_string("meta")
+        + COMMIT_TIMESTAMP
+        + "01"  # one tagged field:
+        + "00"  # tag 0
+        + "10"  # 16 bytes
+        + topic_id.hex
+    )
+    record = Record(
+        OffsetCommitKey("group", "topic", 7),
+        OffsetCommitValue(100, 5, "meta", 1_700_000_000_000, topic_id=topic_id),
+    )
+    assert encode_record(record) == (OFFSET_COMMIT_KEY, value_bytes)
+    assert decode_record(OFFSET_COMMIT_KEY, value_bytes) == record
+
+
 def test_the_legacy_offset_commit_key_type_0_is_read() -> None:
     key = b"\x00\x00" + OFFSET_COMMIT_KEY[2:]
     value = bytes.fromhex("0000" + OFFSET + METADATA + COMMIT_TIMESTAMP)
