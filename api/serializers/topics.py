@@ -108,7 +108,20 @@ def parse_config_lines(text: str) -> dict[str, str]:
 # --- topics ---
 
 
-class TopicListingSerializer(serializers.Serializer):
+class TopicSizeMixin(serializers.Serializer):
+    """The topic's size on disk, from the `disk` (api.disk_usage.DiskUsage, or None) in the
+    serializer's context."""
+
+    size_bytes = serializers.SerializerMethodField(
+        help_text="Bytes on disk, all partitions (each its largest replica); null when unknown."
+    )
+
+    def get_size_bytes(self, topic) -> int | None:
+        disk = self.context.get("disk")
+        return disk.topic_size(topic.name) if disk is not None else None
+
+
+class TopicListingSerializer(TopicSizeMixin):
     name = serializers.CharField()
     topic_id = serializers.UUIDField(allow_null=True)
     internal = serializers.BooleanField(source="is_internal")
@@ -126,13 +139,26 @@ class PartitionSerializer(serializers.Serializer):
     last_stable_offset = serializers.IntegerField(
         help_text="Below the high watermark while a transaction writing to the partition is open."
     )
+    size_bytes = serializers.SerializerMethodField(
+        help_text="Bytes on disk (its largest replica); null when unknown."
+    )
+
+    def get_size_bytes(self, partition) -> int | None:
+        return self.context.get("partition_sizes", {}).get(partition.partition)
 
 
-class TopicDescriptionSerializer(serializers.Serializer):
+class TopicDescriptionSerializer(TopicSizeMixin):
     name = serializers.CharField()
     topic_id = serializers.UUIDField(allow_null=True)
     internal = serializers.BooleanField(source="is_internal")
     partitions = PartitionSerializer(many=True)
+
+    def to_representation(self, topic):
+        # Its partitions' sizes, for PartitionSerializer (which does not know the topic).
+        disk = self.context.get("disk")
+        if disk is not None:
+            self.context["partition_sizes"] = disk.partition_sizes(topic.name)
+        return super().to_representation(topic)
 
 
 class TopicCreateSerializer(serializers.Serializer):

@@ -10,6 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api import kafka
+from api.disk_usage import disk_usage
 from api.permissions import ADMIN
 from api.serializers.cluster import (
     BrokerSerializer,
@@ -40,7 +41,7 @@ class ClusterViewSet(BrokerViewSet):
     pagination_class = None
 
     def list(self, request: Request) -> Response:
-        return Response(ClusterSerializer(describe_cluster()).data)
+        return Response(ClusterSerializer(describe_cluster(), context={"disk": disk_usage()}).data)
 
 
 class BrokerNodeViewSet(BrokerViewSet):
@@ -50,6 +51,12 @@ class BrokerNodeViewSet(BrokerViewSet):
     lookup_field = "id"
     lookup_value_regex = "[0-9]{1,10}"
     action_roles = {"alter_configs": ADMIN}
+
+    def get_serializer_context(self) -> dict:
+        context = super().get_serializer_context()
+        if self.action in ("list", "retrieve"):
+            context["disk"] = disk_usage()
+        return context
 
     def get_serializer_class(self):
         return {
@@ -61,7 +68,8 @@ class BrokerNodeViewSet(BrokerViewSet):
         return self.paginated(request, describe_cluster().brokers, BrokerSerializer)
 
     def retrieve(self, request: Request, id: str) -> Response:
-        return Response(BrokerSerializer(find_broker(int(id))).data)
+        node = find_broker(int(id))
+        return Response(BrokerSerializer(node, context=self.get_serializer_context()).data)
 
     @extend_schema(responses=ConfigEntrySerializer(many=True))
     @action(detail=True, methods=["get"], pagination_class=None)

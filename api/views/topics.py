@@ -10,6 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api import audit, kafka
+from api.disk_usage import disk_usage
 from api.serializers.topics import (
     ConfigAlterSerializer,
     ConfigEntrySerializer,
@@ -41,6 +42,12 @@ class TopicViewSet(BrokerViewSet):
     # The names a topic can have (dots included); anything else is no topic's URL.
     lookup_value_regex = "[a-zA-Z0-9._-]{1,249}"
     serializer_class = TopicDescriptionSerializer
+
+    def get_serializer_context(self) -> dict:
+        context = super().get_serializer_context()
+        if self.action in ("list", "retrieve", "create"):
+            context["disk"] = disk_usage()
+        return context
 
     def get_serializer_class(self) -> type[serializers.Serializer]:
         return {
@@ -82,13 +89,16 @@ class TopicViewSet(BrokerViewSet):
             configs=new.configs,
         )
         kafka.call(lambda admin: admin.create_topics([new]))
+        described = describe_topic(new.name)
         return Response(
-            TopicDescriptionSerializer(describe_topic(new.name)).data,
+            TopicDescriptionSerializer(described, context=self.get_serializer_context()).data,
             status=status.HTTP_201_CREATED,
         )
 
     def retrieve(self, request: Request, name: str) -> Response:
-        return Response(TopicDescriptionSerializer(describe_topic(name)).data)
+        described = describe_topic(name)
+        context = self.get_serializer_context()
+        return Response(TopicDescriptionSerializer(described, context=context).data)
 
     @extend_schema(responses={204: None})
     def destroy(self, request: Request, name: str) -> Response:

@@ -4,7 +4,7 @@ confluent-kafka."""
 from __future__ import annotations
 
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from rest_framework.test import APIClient
 
 from api.models import AuditEntry
@@ -41,13 +41,20 @@ def test_cluster_describes_brokers_as_confluent_sees_them(viewer_api, confluent)
     }
 
 
-def test_brokers_list_and_detail(viewer_api, broker_id):
+def test_brokers_list_and_detail(viewer_api, broker_id, control_broker, confluent, unique):
+    topic = unique("log-dirs")
+    confluent.create_topics([NewTopic(topic, 2, 1)])[topic].result(timeout=30)
     listed = viewer_api.get("/api/v1/brokers/").json()
     detail = viewer_api.get(f"/api/v1/brokers/{broker_id}/")
 
     assert [b["id"] for b in listed["results"]] == [broker_id]
     assert detail.status_code == 200
-    assert detail.json() == listed["results"][0]
+    assert detail.json()["id"] == broker_id
+    [log_dir] = detail.json()["log_dirs"]
+    assert log_dir["path"] == str(control_broker.log_dir.absolute())
+    assert log_dir["partition_count"] >= 2
+    assert log_dir["used_bytes"] + log_dir["usable_bytes"] <= log_dir["total_bytes"]
+    assert 0 < log_dir["usable_bytes"]
 
 
 def test_unknown_broker_is_404(viewer_api, broker_settings):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from django.template.defaultfilters import filesizeformat
 from django.test import Client
 from django.urls import reverse
 
@@ -300,7 +301,7 @@ def test_viewer_browses_but_cannot_produce(viewer_browser, topic):
     assert viewer_browser.post(url, {"value": "x"}).status_code == 403
 
 
-def test_cluster_page_lists_brokers(viewer_browser, confluent):
+def test_cluster_page_lists_brokers_and_their_log_dirs(viewer_browser, confluent, control_broker):
     metadata = confluent.list_topics(timeout=30)
 
     response = viewer_browser.get(reverse("webui:cluster"))
@@ -310,6 +311,24 @@ def test_cluster_page_lists_brokers(viewer_browser, confluent):
     assert metadata.cluster_id in page
     for broker_id in metadata.brokers:
         assert reverse("webui:broker-configs", args=[broker_id]) in page
+    assert 'id="log-dirs"' in page
+    assert str(control_broker.log_dir.absolute()) in page
+
+
+def test_topic_pages_show_sizes_on_disk(viewer_browser, topic, broker_settings):
+    producer = Producer({"bootstrap.servers": broker_settings.bootstrap})
+    for _ in range(20):
+        producer.produce(topic, b"x" * 100, partition=0)
+    assert producer.flush(30) == 0
+
+    listed = viewer_browser.get(reverse("webui:topic-list"), {"q": topic})
+    detail = viewer_browser.get(reverse("webui:topic-detail", args=[topic]))
+
+    size = listed.context["page"][0].size_bytes
+    assert size > 2000
+    assert filesizeformat(size) in text(listed)
+    assert [row.size_bytes for row in detail.context["partitions"]] == [size, 0]
+    assert detail.context["size_bytes"] == size
 
 
 def test_broker_configs_editable_by_admins_only(admin_browser, viewer_browser, confluent, operator):

@@ -206,6 +206,18 @@ def test_describe_shows_partition_offsets(broker_settings, viewer_api, topic):
     assert partitions[1]["leader"] in partitions[1]["replicas"]
 
 
+def test_sizes_on_disk_follow_the_segment_files(broker_settings, viewer_api, topic, control_broker):
+    produce(broker_settings.bootstrap, topic, [{"value": b"x" * 100, "partition": 1}] * 5)
+    on_disk = sum(f.stat().st_size for f in (control_broker.log_dir / f"{topic}-1").glob("*.log"))
+
+    described = viewer_api.get(f"/api/v1/topics/{topic}/").json()
+    [listed] = viewer_api.get("/api/v1/topics/", {"search": topic}).json()["results"]
+
+    assert [p["size_bytes"] for p in described["partitions"]] == [0, on_disk]
+    assert on_disk > 500
+    assert described["size_bytes"] == listed["size_bytes"] == on_disk
+
+
 def test_describe_unknown_topic_is_404(broker_settings, viewer_api, unique):
     response = viewer_api.get(f"/api/v1/topics/{unique('missing')}/")
 

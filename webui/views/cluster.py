@@ -9,7 +9,13 @@ from django.urls import reverse
 
 from api.permissions import ADMIN
 from broker.client.models import ConfigResourceType
-from webui.views.base import BrokerCallFailed, broker_call, require_role_to_post, role_required
+from webui.views.base import (
+    BrokerCallFailed,
+    broker_call,
+    disk,
+    require_role_to_post,
+    role_required,
+)
 from webui.views.configs import configs_page
 
 
@@ -19,7 +25,15 @@ def cluster(request: HttpRequest) -> HttpResponse:
         description = broker_call(request, lambda admin: admin.describe_cluster())
     except BrokerCallFailed:
         description = None
-    return render(request, "webui/cluster/cluster.html", {"cluster": description})
+    usage = disk() if description is not None else None
+    log_dirs = [
+        {"broker": b.node_id, **log_dir}
+        for b in (description.brokers if usage is not None else [])
+        for log_dir in usage.broker_log_dirs(b.node_id)
+    ]
+    return render(
+        request, "webui/cluster/cluster.html", {"cluster": description, "log_dirs": log_dirs}
+    )
 
 
 @role_required()

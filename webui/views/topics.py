@@ -4,6 +4,7 @@ so a form shows exactly the field errors the REST API would answer."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +30,7 @@ from webui.views.base import (
     BrokerCallFailed,
     broker_call,
     confirmed_call,
+    disk,
     paginate,
     require_role_to_post,
     role_required,
@@ -67,6 +69,15 @@ def lines_field(data: dict[str, Any], errors: dict[str, Any], post: Any, field: 
         errors[field] = e.detail
 
 
+@dataclass(frozen=True)
+class Sized:
+    """A topic or partition for a page, with its size on disk (None when the broker does not
+    say)."""
+
+    item: Any
+    size_bytes: int | None
+
+
 # --- list, create, delete ---
 
 
@@ -77,7 +88,9 @@ def topic_list(request: HttpRequest) -> HttpResponse:
         topics = broker_call(request, lambda admin: admin.list_topics(include_internal=internal))
     except BrokerCallFailed:
         topics = []
-    page, q = paginate(request, topics, lambda t: t.name)
+    usage = disk() if topics else None
+    rows = [Sized(t, usage.topic_size(t.name) if usage else None) for t in topics]
+    page, q = paginate(request, rows, lambda row: row.item.name)
     return render(
         request,
         "webui/topics/list.html",
@@ -141,7 +154,15 @@ def topic_detail(request: HttpRequest, name: str) -> HttpResponse:
         return render(
             request, "webui/topics/detail.html", {"name": name, "topic": None}, status=404
         )
-    return render(request, "webui/topics/detail.html", {"name": name, "topic": topic})
+    usage = disk()
+    sizes = usage.partition_sizes(name) if usage else {}
+    context = {
+        "name": name,
+        "topic": topic,
+        "partitions": [Sized(p, sizes.get(p.partition)) for p in topic.partitions],
+        "size_bytes": usage.topic_size(name) if usage else None,
+    }
+    return render(request, "webui/topics/detail.html", context)
 
 
 @role_required(OPERATOR)
