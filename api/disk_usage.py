@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from api import kafka
+from api.kafka import BrokerUnavailable
 from broker.client.errors import KafkaAdminError
 from broker.client.models import LogDirDescription
 
@@ -51,11 +52,10 @@ class DiskUsage:
 
 
 def disk_usage() -> DiskUsage | None:
-    """None when the control plane's principal may not DESCRIBE the cluster: the pages show
-    no sizes rather than fail."""
+    """Sizes are an extra on the pages that show them: None, and the sizes null, when the
+    broker cannot say (the control plane's principal may not DESCRIBE the cluster, a broker is
+    unreachable or slow), rather than failing the page or the call that wanted them."""
     try:
         return DiskUsage(kafka.call(lambda admin: admin.describe_log_dirs()))
-    except KafkaAdminError as e:
-        if e.name != "CLUSTER_AUTHORIZATION_FAILED":
-            raise
+    except (KafkaAdminError, BrokerUnavailable, TimeoutError):
         return None

@@ -45,7 +45,7 @@ class TopicViewSet(BrokerViewSet):
 
     def get_serializer_context(self) -> dict:
         context = super().get_serializer_context()
-        if self.action in ("list", "retrieve", "create"):
+        if self.action in ("list", "retrieve"):
             context["disk"] = disk_usage()
         return context
 

@@ -48,12 +48,15 @@ def handle_describe_topic_partitions(broker, ctx: RequestContext, request) -> ob
         names = {t.name for t in request.topics if t.name >= after}
         if cursor is not None and cursor.topic_name not in names:
             # Kafka: "the topic list should contain the cursor topic" (InvalidRequestException).
-            return _response(
-                ctx, [_topic(ctx, ErrorCode.invalid_request, t.name) for t in request.topics]
-            )
+            return _refused(ctx, request)
+    if cursor is not None and cursor.partition_index < 0:
+        return _refused(ctx, request)  # Kafka: "the partition index ... can't be negative"
     topics, refused = [], []
-    remaining = min(
-        broker.config["max.request.partition.size.limit"], request.response_partition_limit
+    # At least one partition, as Kafka: a page of none would hand the client a cursor that
+    # never moves.
+    remaining = max(
+        min(broker.config["max.request.partition.size.limit"], request.response_partition_limit),
+        1,
     )
     next_cursor = None
     for name in sorted(names):
@@ -62,8 +65,6 @@ def handle_describe_topic_partitions(broker, ctx: RequestContext, request) -> ob
             if not fetch_all:
                 refused.append(_topic(ctx, ErrorCode.topic_authorization_failed, name))
             continue
-        if remaining < 0:
-            continue  # a limit below zero lists nothing, as Kafka
         if remaining == 0:
             # Every partition before it was given: the next response starts at this topic.
             next_cursor = ctx.response("Cursor", topic_name=name, partition_index=0)
@@ -83,7 +84,7 @@ def handle_describe_topic_partitions(broker, ctx: RequestContext, request) -> ob
         upper = min(topic.partitions, first + remaining)
         partitions = tuple(
             ctx.response("DescribeTopicPartitionsResponsePartition", **partition_state(broker, p))
-            for p in range(max(first, 0), upper)
+            for p in range(first, upper)
         )
         topics.append(_topic(ctx, ErrorCode.none, name, topic.topic_id, partitions, operations))
         if upper < topic.partitions:
@@ -91,6 +92,11 @@ def handle_describe_topic_partitions(broker, ctx: RequestContext, request) -> ob
             break
         remaining -= len(partitions)
     return _response(ctx, topics + refused, next_cursor)
+
+
+def _refused(ctx, request) -> object:
+    """Kafka's error response to an invalid request: every topic asked for, INVALID_REQUEST."""
+    return _response(ctx, [_topic(ctx, ErrorCode.invalid_request, t.name) for t in request.topics])
 
 
 def _response(ctx, topics: list, next_cursor=None) -> object:

@@ -82,7 +82,7 @@ def handle_list_partition_reassignments(broker, ctx: RequestContext, request) ->
 
 
 def _reassignment_error(
-    broker, topic: str, partition: int, replicas: tuple[int, ...] | None, allow_rf_change: bool
+    broker, topic: str, partition: int, replicas: tuple[int, ...] | None
 ) -> tuple[ErrorCode, str | None]:
     code, message = _partition_error(broker, topic, partition)
     if code != ErrorCode.none:
@@ -108,12 +108,8 @@ def _reassignment_error(
                 f"The manual partition assignment includes the broker {replica} more than once.",
             )
         previous = replica
-    # Only [this broker] is left: the assignment the partition has, a change to nothing.
-    if not allow_rf_change and len(replicas) != 1:
-        return (
-            ErrorCode.invalid_replication_factor,
-            f"The replication factor is changed from 1 to {len(replicas)}",
-        )
+    # Only [this broker] is left: the assignment the partition has, a change to nothing (and
+    # never one of replication factor, whatever allow_replication_factor_change says).
     return ErrorCode.none, None
 
 
@@ -127,7 +123,7 @@ def handle_alter_partition_reassignments(broker, ctx: RequestContext, request) -
         for p in topic.partitions:
             if authorized:
                 code, message = _reassignment_error(
-                    broker, topic.name, p.partition_index, p.replicas, allow_rf_change
+                    broker, topic.name, p.partition_index, p.replicas
                 )
             else:
                 code, message = top_error, None

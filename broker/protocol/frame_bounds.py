@@ -202,9 +202,10 @@ class _Walk:
             return self.variable(pos, flexible, arg, nullable)
         if kind == ENTITY:
             if nullable:
-                # KIP-893: a nullable struct is an int8 marker, -1 for null, then the struct.
+                # KIP-893: a nullable struct is an int8 marker, negative for null (Kafka's
+                # readers take any negative one), then the struct.
                 marker = self.need(pos, 1)
-                if self.buf[marker] == 0xFF:
+                if self.buf[marker] >= 0x80:
                     return marker + 1
                 pos = marker + 1
             return self.entity(arg, pos)  # type: ignore[arg-type]

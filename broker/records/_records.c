@@ -331,10 +331,16 @@ encode_record(PyObject *out, PyObject *record)
         goto done;
     }
     PyObject **f = PySequence_Fast_ITEMS(fields);
+    /* Each checked at once: a conversion (an __index__) must not run with an error set. */
     int64_t offset_delta = PyLong_AsLongLong(f[0]);
+    if (offset_delta == -1 && PyErr_Occurred())
+        goto done;
     int64_t timestamp_delta = PyLong_AsLongLong(f[1]);
+    if (timestamp_delta == -1 && PyErr_Occurred())
+        goto done;
     long attributes = PyLong_AsLong(f[5]);
-    if (PyErr_Occurred() || hold(f[2], &key) < 0 || hold(f[3], &value) < 0)
+    if ((attributes == -1 && PyErr_Occurred()) || hold(f[2], &key) < 0 ||
+        hold(f[3], &value) < 0)
         goto done;
     headers = PySequence_Fast(f[4], "headers are a sequence of (str, bytes) pairs");
     if (headers == NULL)

@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from broker.apis.api_versions import api_versions_response
 from broker.apis.base import RequestContext
 from broker.apis.produce import CLOSE_CONNECTION
+from broker.apis.registry import API_SPECS
 from broker.protocol import codec
 from broker.protocol.framing import FrameDecoder, FrameTooLarge, InvalidFrame, frame
 from broker.security.listener import ListenerSecurity
@@ -261,7 +262,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._flush()
 
     def _fill(self, slot: _Slot, ctx: RequestContext, response, started: float) -> None:
-        name = self.broker.api_specs[ctx.api_key].name
+        # From every API's specs, not the advertised ones: UpdateFeatures may stop advertising
+        # an API (group.version 0) while one of its requests is still being answered.
+        name = API_SPECS[ctx.api_key].name
         metrics = self.broker.metrics
         metrics.requests.labels(name).inc()
         metrics.request_latency.labels(name).observe(time.perf_counter() - started)

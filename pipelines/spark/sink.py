@@ -94,7 +94,11 @@ def _column(batch: pa.RecordBatch, name: str, as_bytes: bool = False) -> list | 
     for i, field in enumerate(batch.schema):
         if field.name.lower() == name:
             column = batch.column(i)
-            if as_bytes and pa.types.is_string(field.type):
+            if as_bytes and (
+                pa.types.is_string(field.type)
+                or pa.types.is_large_string(field.type)
+                or pa.types.is_string_view(field.type)
+            ):
                 column = column.cast(pa.binary())
             return column.to_pylist()
     return None
@@ -138,11 +142,21 @@ async def produce_rows(
                     )
                 )
         rows += len(values)
+        futures = _unsettled(futures)  # a task of millions of rows keeps only those in flight
     await producer.flush()
-    for future in futures:
-        if (error := future.exception()) is not None:
-            raise error
+    _unsettled(futures)
     return rows
+
+
+def _unsettled(futures: list) -> list:
+    """The records not written yet; raises the error of the first one that failed."""
+    left = []
+    for future in futures:
+        if not future.done():
+            left.append(future)
+        elif (error := future.exception()) is not None:
+            raise error
+    return left
 
 
 # A task hands the producer whole Arrow batches and flushes once at its end: batches larger than

@@ -16,7 +16,6 @@ from django.shortcuts import redirect, render
 from rest_framework import serializers
 
 from api import audit, kafka
-from api.disk_usage import DiskUsage, disk_usage
 from api.errors import kafka_error_body
 from api.kafka import BrokerUnavailable
 from api.permissions import VIEWER, has_role
@@ -71,15 +70,6 @@ def broker_call(request: HttpRequest, operation: Callable[[Any], Any], client: A
     except TimeoutError:
         messages.error(request, "REQUEST_TIMED_OUT: the broker did not answer in time.")
     raise BrokerCallFailed
-
-
-def disk() -> DiskUsage | None:
-    """Sizes on disk for a page, or None: a page shows no sizes rather than an error when the
-    broker cannot say (the console's principal may not DESCRIBE the cluster, or it is gone)."""
-    try:
-        return disk_usage()
-    except (KafkaAdminError, BrokerUnavailable, TimeoutError):
-        return None
 
 
 def validated(

@@ -7,12 +7,12 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
+from api.disk_usage import disk_usage
 from api.permissions import ADMIN
 from broker.client.models import ConfigResourceType
 from webui.views.base import (
     BrokerCallFailed,
     broker_call,
-    disk,
     require_role_to_post,
     role_required,
 )
@@ -25,7 +25,7 @@ def cluster(request: HttpRequest) -> HttpResponse:
         description = broker_call(request, lambda admin: admin.describe_cluster())
     except BrokerCallFailed:
         description = None
-    usage = disk() if description is not None else None
+    usage = disk_usage() if description is not None else None
     log_dirs = [
         {"broker": b.node_id, **log_dir}
         for b in (description.brokers if usage is not None else [])

@@ -15,6 +15,7 @@ from django.urls import register_converter, reverse
 from rest_framework import serializers
 
 from api import audit
+from api.disk_usage import disk_usage
 from api.permissions import OPERATOR
 from api.serializers.topics import (
     PartitionsCreateSerializer,
@@ -30,7 +31,6 @@ from webui.views.base import (
     BrokerCallFailed,
     broker_call,
     confirmed_call,
-    disk,
     paginate,
     require_role_to_post,
     role_required,
@@ -88,7 +88,7 @@ def topic_list(request: HttpRequest) -> HttpResponse:
         topics = broker_call(request, lambda admin: admin.list_topics(include_internal=internal))
     except BrokerCallFailed:
         topics = []
-    usage = disk() if topics else None
+    usage = disk_usage() if topics else None
     rows = [Sized(t, usage.topic_size(t.name) if usage else None) for t in topics]
     page, q = paginate(request, rows, lambda row: row.item.name)
     return render(
@@ -154,7 +154,7 @@ def topic_detail(request: HttpRequest, name: str) -> HttpResponse:
         return render(
             request, "webui/topics/detail.html", {"name": name, "topic": None}, status=404
         )
-    usage = disk()
+    usage = disk_usage()
     sizes = usage.partition_sizes(name) if usage else {}
     context = {
         "name": name,

@@ -217,14 +217,18 @@ class Fetcher:
     async def _close_session(
         self, node: int, handler: FetchSessionHandler, via: RoutingClient | None
     ) -> None:
-        session = await via.session(node) if via is not None else self.client.open_session(node)
-        if session is None:
-            return  # the connection is gone, and the broker forgets the session in time
-        closing = FetchRequestData(handler.session_id, FINAL_EPOCH, {}, {}, {})
+        async def close() -> None:
+            session = await via.session(node) if via is not None else self.client.open_session(node)
+            if session is None:
+                return  # the connection is gone, and the broker forgets the session in time
+            closing = FetchRequestData(handler.session_id, FINAL_EPOCH, {}, {}, {})
+            await session.send(self._request(session, closing))
+
         # Answered after any long poll it follows on the connection (fetch_max_wait_ms at
-        # most): a broker that does not answer by then does not hold close() up any longer.
+        # most), or after `via` connects: a broker that does not answer by then does not hold
+        # close() up any longer.
         timeout_ms = min(self.client.request_timeout_ms, self.fetch_max_wait_ms + 1000)
-        await asyncio.wait_for(session.send(self._request(session, closing)), timeout_ms / 1000)
+        await asyncio.wait_for(close(), timeout_ms / 1000)
 
     # -- handing records out ----------------------------------------------------------------
 

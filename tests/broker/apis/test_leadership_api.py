@@ -146,9 +146,18 @@ async def test_describe_topic_partitions_names_what_it_cannot_describe(broker, b
         ("bad/name", ErrorCode.invalid_topic_exception, []),
         ("nope", ErrorCode.unknown_topic_or_partition, []),
     ]
-    # The cursor's topic must be among those asked for.
+    # The cursor's topic must be among those asked for, and its partition not negative.
     got, _ = pages(await broker_client.send(describe(["a"], 10, cursor=("z", 0))))
     assert got == [("a", ErrorCode.invalid_request, [])]
+    got, _ = pages(await broker_client.send(describe(["a"], 10, cursor=("a", -1))))
+    assert got == [("a", ErrorCode.invalid_request, [])]
+
+
+@pytest.mark.parametrize("limit", [0, -1])
+async def test_a_limit_below_one_still_pages_one_partition(broker, broker_client, limit):
+    await broker.create_topic("a", 2, {})
+    got, cursor = pages(await broker_client.send(describe([], limit)))
+    assert (got, cursor) == ([("a", ErrorCode.none, [0])], ("a", 1))
 
 
 async def test_the_broker_caps_a_page_at_its_partition_limit(tmp_path):

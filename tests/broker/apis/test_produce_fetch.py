@@ -89,6 +89,17 @@ async def test_acks_zero_has_no_response_and_later_responses_stay_in_order(broke
     assert response.responses[0].partition_responses[0].base_offset == 1
 
 
+async def until_parked(broker, tp) -> None:
+    """Yield until a fetch of `tp` is parked (a condition, not a delay); fail past a deadline
+    rather than hang."""
+
+    async def parked() -> None:
+        while not broker.replica_manager.parked(tp):
+            await asyncio.sleep(0)
+
+    await asyncio.wait_for(parked(), 10)
+
+
 async def test_parked_fetch_is_answered_when_data_arrives(broker, broker_client):
     topic = await broker.create_topic("t", 1, {})
     host, port = broker.bound["PLAINTEXT"]
@@ -97,8 +108,7 @@ async def test_parked_fetch_is_answered_when_data_arrives(broker, broker_client)
         parked = asyncio.ensure_future(
             broker_client.send(fetch_request(topic.topic_id, min_bytes=1, max_wait=30_000))
         )
-        while not broker.replica_manager.parked(("t", 0)):
-            await asyncio.sleep(0)  # yield until the fetch is parked: a condition, not a delay
+        await until_parked(broker, ("t", 0))
         assert not parked.done()
         await producer.send(produce_request("t", batch(2)))
         part, batches = fetched(await parked)
@@ -136,8 +146,7 @@ async def test_fetch_v18_high_watermark_does_not_answer_a_fetch_early(
         parked = asyncio.ensure_future(
             broker_client.send(with_high_watermark(request, 0, replica_id))
         )
-        while not broker.replica_manager.parked(("t", 0)):
-            await asyncio.sleep(0)  # yield until the fetch is parked: a condition, not a delay
+        await until_parked(broker, ("t", 0))
         assert not parked.done()
         await producer.send(produce_request("t", batch(1, 2)))
         part, batches = fetched(await parked)
