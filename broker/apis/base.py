@@ -31,6 +31,12 @@ class RequestContext:
     principal: str = "User:ANONYMOUS"
 
     @property
+    def user(self) -> str:
+        """The principal's name without its type: a quota's user entity (Kafka's
+        KafkaPrincipal.getName)."""
+        return self.principal.partition(":")[2]
+
+    @property
     def response_module(self) -> ModuleType:
         return _response_module(self.api_key, self.api_version)
 
@@ -57,6 +63,36 @@ def _field_names(cls: type) -> frozenset[str]:
 def build(cls: type, **fields: Any) -> Any:
     names = _field_names(cls)
     return cls(**{k: v for k, v in fields.items() if k in names})
+
+
+@cache
+def _throttle_field(cls: type) -> str | None:
+    """kio calls it throttle_time (a timedelta), the legacy codecs throttle_time_ms (an int)."""
+    if not dataclasses.is_dataclass(cls):
+        return None
+    return next(
+        (f.name for f in dataclasses.fields(cls) if f.name.startswith("throttle_time")), None
+    )
+
+
+def has_throttle_time(response: Any) -> bool:
+    return _throttle_field(type(response)) is not None
+
+
+def throttle_time_ms(response: Any) -> int:
+    """The throttle time a handler put in its response (0 if it has none)."""
+    name = _throttle_field(type(response))
+    if name is None:
+        return 0
+    value = getattr(response, name)
+    return round(value.total_seconds() * 1000) if isinstance(value, timedelta) else int(value)
+
+
+def with_throttle_time(response: Any, throttle_ms: int) -> Any:
+    name = _throttle_field(type(response))
+    value = getattr(response, name)
+    new = timedelta(milliseconds=throttle_ms) if isinstance(value, timedelta) else throttle_ms
+    return dataclasses.replace(response, **{name: new})
 
 
 Handler = Callable[["Broker", RequestContext, Any], Any | Awaitable[Any]]

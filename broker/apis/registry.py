@@ -9,6 +9,7 @@ from __future__ import annotations
 from broker.apis import (
     acls,
     classic_groups,
+    client_quotas,
     consumer_groups,
     group_offsets,
     legacy_fetch,
@@ -101,6 +102,7 @@ API_SPECS: dict[int, ApiSpec] = {
         *acls.SPECS,
         *sasl.SPECS,
         *scram_credentials.SPECS,
+        *client_quotas.SPECS,
     ]
 }
 

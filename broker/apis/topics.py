@@ -5,16 +5,43 @@ partitions ALTER on the topic."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from kio.schema.errors import ErrorCode
 
 from broker.apis.auth_helper import creatable_topics, filter_authorized
-from broker.apis.base import NO_THROTTLE, KafkaError, RequestContext
+from broker.apis.base import KafkaError, RequestContext
 from broker.apis.configs import describe_topic_entries
 from broker.config import ConfigError, validate_topic_configs
 from broker.metadata.image import topic_name_problem
+from broker.quota.quota_manager import ControllerMutationQuota, monotonic_ms
 from broker.security.operations import AclOperation, ResourceType
 
 AUTHORIZATION_FAILED = "Authorization failed."
+THROTTLED = "The throttling quota has been exceeded."
+
+
+def _mutation_quota(broker, ctx: RequestContext, strict_since: int) -> ControllerMutationQuota:
+    """KIP-599: the versions that know THROTTLING_QUOTA_EXCEEDED get it per topic once the
+    client's controller_mutation_rate is spent; older ones are only throttled."""
+    return broker.quotas.controller_mutation.quota(
+        broker.quotas.configs,
+        ctx.user,
+        ctx.client_id or "",
+        ctx.api_version >= strict_since,
+        monotonic_ms(),
+    )
+
+
+def _spend(quota: ControllerMutationQuota, partitions: int) -> None:
+    if quota.exceeded():
+        raise KafkaError(ErrorCode.throttling_quota_exceeded, THROTTLED)
+    quota.record(partitions)
+
+
+def _throttle_time(broker, quota: ControllerMutationQuota) -> timedelta:
+    broker.quotas.controller_mutation.throttled(quota)
+    return timedelta(milliseconds=quota.throttle_ms)
 
 
 async def handle_create_topics(broker, ctx: RequestContext, request) -> object:
@@ -23,6 +50,7 @@ async def handle_create_topics(broker, ctx: RequestContext, request) -> object:
     for t in request.topics:
         seen[t.name] = seen.get(t.name, 0) + 1
     creatable = creatable_topics(broker, ctx, seen)
+    quota = _mutation_quota(broker, ctx, strict_since=6)
     describable = filter_authorized(
         broker, ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, seen
     )
@@ -39,6 +67,7 @@ async def handle_create_topics(broker, ctx: RequestContext, request) -> object:
             if request.validate_only:
                 topic = None
             else:
+                _spend(quota, partitions)
                 topic = await broker.create_topic(t.name, partitions, configs)
         except KafkaError as e:
             results.append(
@@ -82,7 +111,9 @@ async def handle_create_topics(broker, ctx: RequestContext, request) -> object:
                 else None,
             )
         )
-    return ctx.response("CreateTopicsResponse", throttle_time=NO_THROTTLE, topics=tuple(results))
+    return ctx.response(
+        "CreateTopicsResponse", throttle_time=_throttle_time(broker, quota), topics=tuple(results)
+    )
 
 
 def _validate_creation(broker, t) -> tuple[int, dict[str, str]]:
@@ -179,6 +210,7 @@ async def handle_delete_topics(broker, ctx: RequestContext, request) -> object:
     else:
         targets = [(t.name, t.topic_id) for t in request.topics]
     results = []
+    quota = _mutation_quota(broker, ctx, strict_since=5)
     for name, topic_id in targets:
         topic = broker.image.topic(name) if name is not None else broker.image.topic_by_id(topic_id)
         code, message = ErrorCode.none, None
@@ -196,7 +228,10 @@ async def handle_delete_topics(broker, ctx: RequestContext, request) -> object:
                 if name is not None
                 else ErrorCode.unknown_topic_id
             )
+        elif quota.exceeded():
+            code, message = ErrorCode.throttling_quota_exceeded, THROTTLED
         else:
+            quota.record(topic.partitions)
             await broker.delete_topic(topic.name)
         results.append(
             ctx.response(
@@ -207,7 +242,11 @@ async def handle_delete_topics(broker, ctx: RequestContext, request) -> object:
                 error_message=message,
             )
         )
-    return ctx.response("DeleteTopicsResponse", throttle_time=NO_THROTTLE, responses=tuple(results))
+    return ctx.response(
+        "DeleteTopicsResponse",
+        throttle_time=_throttle_time(broker, quota),
+        responses=tuple(results),
+    )
 
 
 async def handle_create_partitions(broker, ctx: RequestContext, request) -> object:
@@ -215,6 +254,7 @@ async def handle_create_partitions(broker, ctx: RequestContext, request) -> obje
     alterable = filter_authorized(
         broker, ctx, AclOperation.ALTER, ResourceType.TOPIC, (t.name for t in request.topics)
     )
+    quota = _mutation_quota(broker, ctx, strict_since=3)
     for t in request.topics:
         code, message = ErrorCode.none, None
         topic = broker.image.topic(t.name)
@@ -243,6 +283,7 @@ async def handle_create_partitions(broker, ctx: RequestContext, request) -> obje
                 _check_assignments(broker, [a.broker_ids for a in t.assignments])
             _check_openable(broker, t.count - topic.partitions)
             if not request.validate_only:
+                _spend(quota, t.count - topic.partitions)
                 await broker.add_partitions(t.name, t.count)
         except KafkaError as e:
             code, message = e.code, e.message
@@ -252,5 +293,7 @@ async def handle_create_partitions(broker, ctx: RequestContext, request) -> obje
             )
         )
     return ctx.response(
-        "CreatePartitionsResponse", throttle_time=NO_THROTTLE, results=tuple(results)
+        "CreatePartitionsResponse",
+        throttle_time=_throttle_time(broker, quota),
+        results=tuple(results),
     )

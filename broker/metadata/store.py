@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from broker.metadata.image import MetadataImage, TopicMetadata
+from broker.quota.client_quotas import ClientQuotaEntity
 from broker.security.acl import AccessControlEntry, AclBinding, ResourcePattern
 from broker.security.operations import AclOperation, AclPermissionType, PatternType, ResourceType
 from broker.security.scram import ScramCredential
@@ -50,6 +51,14 @@ CREATE TABLE IF NOT EXISTS acls (
 -- Finalized feature levels (KIP-584), level 0 included; their epoch is cluster's
 -- 'features.epoch'. A store from before this table gets the default levels at its next start.
 CREATE TABLE IF NOT EXISTS finalized_features (name TEXT PRIMARY KEY, level INTEGER NOT NULL);
+-- Client quotas as Kafka's ClientQuotaRecord keeps them: the entity is a JSON list of
+-- [type, name] pairs sorted by type, a null name being the type's default entity.
+CREATE TABLE IF NOT EXISTS client_quotas (
+    entity TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value REAL NOT NULL,
+    PRIMARY KEY (entity, key)
+);
 """
 
 
@@ -75,6 +84,10 @@ class MetadataStore(Protocol):
     def remove_acls(self, bindings: list[AclBinding]) -> None: ...
     def finalized_features(self, defaults: dict[str, int]) -> tuple[dict[str, int], int]: ...
     def set_finalized_features(self, levels: dict[str, int], epoch: int) -> None: ...
+    def client_quotas(self) -> dict[ClientQuotaEntity, dict[str, float]]: ...
+    def alter_client_quotas(
+        self, changes: dict[ClientQuotaEntity, dict[str, float | None]]
+    ) -> None: ...
     def close(self) -> None: ...
 
 
@@ -251,6 +264,34 @@ class SqliteMetadataStore:
                 "INSERT INTO cluster(key, value) VALUES ('features.epoch', ?) "
                 "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 (str(epoch),),
+            )
+
+    def client_quotas(self) -> dict[ClientQuotaEntity, dict[str, float]]:
+        with self._lock:
+            rows = self._db.execute("SELECT entity, key, value FROM client_quotas").fetchall()
+        quotas: dict[ClientQuotaEntity, dict[str, float]] = {}
+        for entity, key, value in rows:
+            pairs = tuple((entity_type, name) for entity_type, name in json.loads(entity))
+            quotas.setdefault(ClientQuotaEntity(pairs), {})[key] = value
+        return quotas
+
+    def alter_client_quotas(self, changes: dict[ClientQuotaEntity, dict[str, float | None]]):
+        """One AlterClientQuotas request's changes (None removes a key), all or none."""
+        removals, upserts = [], []
+        for entity, values in changes.items():
+            name = json.dumps(entity.entries)
+            for key, value in values.items():
+                if value is None:
+                    removals.append((name, key))
+                else:
+                    upserts.append((name, key, value))
+        with self._lock, self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany("DELETE FROM client_quotas WHERE entity = ? AND key = ?", removals)
+            self._db.executemany(
+                "INSERT INTO client_quotas(entity, key, value) VALUES (?, ?, ?) "
+                "ON CONFLICT(entity, key) DO UPDATE SET value = excluded.value",
+                upserts,
             )
 
     def close(self) -> None:

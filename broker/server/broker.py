@@ -32,6 +32,8 @@ from broker.metadata.features import (
 )
 from broker.metadata.image import MetadataImage, TopicMetadata
 from broker.metadata.store import SqliteMetadataStore
+from broker.quota.client_quotas import ClientQuotaEntity, ClientQuotas
+from broker.quota.quota_manager import BrokerQuotas
 from broker.security.authorizer import StandardAuthorizer, parse_super_users
 from broker.security.listener import listener_security
 from broker.security.scram import ScramCredential, ScramMechanism
@@ -72,6 +74,13 @@ class Broker:
         self.metrics.add_fetch_session_gauges(self.fetch_sessions)
         self.connections: set[KafkaConnection] = set()
         self.connection_quotas = ConnectionQuotas(config)
+        self.quotas = BrokerQuotas(
+            config["quota.window.num"],
+            config["quota.window.size.seconds"] * 1000,
+            config["controller.quota.window.num"],
+            config["controller.quota.window.size.seconds"] * 1000,
+        )
+        self.metrics.add_quota_gauges(self.quotas)
         # TLS contexts and SASL settings per listener: a bad one stops the broker here.
         self.listener_security = {
             name: listener_security(config, name) for name, _, _ in config.listeners()
@@ -105,6 +114,7 @@ class Broker:
         self.config.set_dynamic(validate_dynamic_broker_configs(self.dynamic_broker_configs))
         self.group_configs = await self._in_metadata_thread(self.store.group_configs)
         self.scram_credentials = await self._in_metadata_thread(self.store.scram_credentials)
+        self.quotas.configs = ClientQuotas(await self._in_metadata_thread(self.store.client_quotas))
         self.features = FinalizedFeatures(
             *await self._in_metadata_thread(self.store.finalized_features, DEFAULT_LEVELS)
         )
@@ -370,6 +380,16 @@ class Broker:
             for key in deletions:
                 self.scram_credentials.pop(key, None)
             self.scram_credentials.update(upsertions)
+
+    @_completes_when_cancelled
+    async def alter_client_quotas(
+        self, changes: dict[ClientQuotaEntity, dict[str, float | None]]
+    ) -> None:
+        """Store, then enforce, one AlterClientQuotas request's validated changes."""
+        async with self._metadata_lock:
+            await self._in_metadata_thread(self.store.alter_client_quotas, changes)
+            for entity, values in changes.items():
+                self.quotas.configs.apply(entity, values)
 
     # -- feature flags ---------------------------------------------------------------------------
 

@@ -17,16 +17,25 @@ from collections import deque
 from kio.schema.errors import ErrorCode
 
 from broker.apis.api_versions import api_versions_response
-from broker.apis.base import RequestContext
+from broker.apis.base import (
+    RequestContext,
+    has_throttle_time,
+    throttle_time_ms,
+    with_throttle_time,
+)
 from broker.apis.produce import CLOSE_CONNECTION
 from broker.apis.registry import API_SPECS
 from broker.protocol import codec
 from broker.protocol.framing import FrameDecoder, FrameTooLarge, InvalidFrame, frame
+from broker.quota.quota_manager import monotonic_ms
 from broker.security.listener import ListenerSecurity
 from broker.security.tls import ANONYMOUS, NoMatchingRule, peer_principal
 from broker.server import sasl_exchange
+from broker.server.connection_quotas import normalise_address
 
 log = logging.getLogger("broker.connection")
+
+PRODUCE_KEY, FETCH_KEY = 0, 1
 
 
 class _Slot:
@@ -38,6 +47,34 @@ class _Slot:
         self.payload: list[bytes | memoryview] | None = None  # response buffers
         self.done = False
         self.close = False
+
+
+class _Timed:
+    """An awaitable that adds up the time its coroutine runs on the loop, not the time it
+    waits: the request time a request_percentage quota counts (Kafka's request handler time)."""
+
+    __slots__ = ("_awaitable", "seconds")
+
+    def __init__(self, awaitable, seconds: float) -> None:
+        self._awaitable = awaitable
+        self.seconds = seconds
+
+    def __await__(self):
+        steps = self._awaitable.__await__()
+        value, error = None, None
+        while True:
+            started = time.perf_counter()
+            try:
+                sent = steps.throw(error) if error is not None else steps.send(value)
+            except StopIteration as done:
+                return done.value
+            finally:
+                self.seconds += time.perf_counter() - started
+            value, error = None, None
+            try:
+                value = yield sent
+            except BaseException as e:  # cancellation included: handed to the coroutine
+                error = e
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
@@ -73,6 +110,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._idle_timeout = broker.config["connections.max.idle.ms"] / 1000
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_active = 0.0
+        self._quotas = broker.quotas
+        self._muted_until = 0.0  # loop time; 0.0: not muted
+        self._mute_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio callbacks -------------------------------------------------------------------
 
@@ -85,6 +125,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.info("closing connection from %s on %s: over %s", self.peer, self.listener, refused)
             self.broker.metrics.connections_refused.labels(self.listener, refused).inc()
             self.close()
+            return
+        throttle_ms = self._quotas.connection_rate.accept(
+            self._quotas.configs, normalise_address(self.peer), monotonic_ms()
+        )
+        if throttle_ms > 0:
+            # KIP-612: over its address's connection_creation_rate, a connection is not served
+            # and is closed once the throttle time is over, so that a client retrying at once
+            # does not spin.
+            log.info("closing connection from %s: over its connection_creation_rate", self.peer)
+            self.broker.connection_quotas.release(self.peer, self.listener)
+            transport.pause_reading()
+            asyncio.get_running_loop().call_later(throttle_ms / 1000, self.close)
             return
         self._admitted = True
         self.broker.connections.add(self)
@@ -107,8 +159,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if not self._admitted:
             return
         self.broker.connection_quotas.release(self.peer, self.listener)
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
+        for timer in (self._idle_timer, self._mute_timer):
+            if timer is not None:
+                timer.cancel()
         self.broker.connections.discard(self)
         self.broker.metrics.connections.labels(self.listener).dec()
         for task in self._tasks:
@@ -153,7 +206,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._update_reading()
 
     def _must_pause(self) -> bool:
-        return self._writing_paused or len(self._queue) >= self.max_in_flight
+        return (
+            self._writing_paused
+            or len(self._queue) >= self.max_in_flight
+            or self._muted_until > 0.0
+        )
 
     def _check_idle(self) -> None:
         """connections.max.idle.ms: one timer per connection, re-armed for the deadline the
@@ -206,21 +263,26 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._protocol_error(str(e))
             return
         ctx = self._context(api_key, api_version, correlation_id, request.client_id)
-        self.broker.metrics.request_bytes.labels(spec.name).inc(len(payload) + 4)
+        request_bytes = len(payload) + 4
+        self.broker.metrics.request_bytes.labels(spec.name).inc(request_bytes)
         try:
             result = spec.handler(self.broker, ctx, request.body)
         except Exception:
             log.exception("%s v%d from %s failed", spec.name, api_version, self.peer)
             self.close()
             return
+        # Request time is measured only while some entity has a request_percentage quota.
+        seconds = time.perf_counter() - started if self._quotas.request_time_measured else None
         if inspect.isawaitable(result):
+            if seconds is not None:
+                result = _Timed(result, seconds)
             slot = _Slot()
             self._queue.append(slot)
-            task = asyncio.ensure_future(self._complete(slot, ctx, result, started))
+            task = asyncio.ensure_future(self._complete(slot, ctx, result, started, request_bytes))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         else:
-            self._respond_now(ctx, result, started)
+            self._respond_now(ctx, result, started, request_bytes, seconds)
 
     def _context(self, api_key, api_version, correlation_id, client_id) -> RequestContext:
         return RequestContext(
@@ -233,7 +295,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             principal=self.principal,
         )
 
-    async def _complete(self, slot: _Slot, ctx: RequestContext, awaitable, started) -> None:
+    async def _complete(
+        self, slot: _Slot, ctx: RequestContext, awaitable, started, request_bytes
+    ) -> None:
         try:
             response = await awaitable
         except asyncio.CancelledError:
@@ -242,26 +306,35 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.exception("api key %d v%d from %s failed", ctx.api_key, ctx.api_version, self.peer)
             slot.close = True
         else:
-            self._fill(slot, ctx, response, started)
+            seconds = awaitable.seconds if isinstance(awaitable, _Timed) else None
+            self._fill(slot, ctx, response, started, request_bytes, seconds)
         slot.done = True
         self._flush()
 
-    def _respond_now(self, ctx, response, started) -> None:
+    def _respond_now(self, ctx, response, started, request_bytes=0, seconds=None) -> None:
         if not self._queue:
             slot = _Slot()
-            self._fill(slot, ctx, response, started)
+            self._fill(slot, ctx, response, started, request_bytes, seconds)
             if slot.close:
                 self.close()
-            elif slot.payload is not None:
-                self.transport.writelines(frame(slot.payload))
+            else:
+                self._write(slot)
             return
         slot = _Slot()
-        self._fill(slot, ctx, response, started)
+        self._fill(slot, ctx, response, started, request_bytes, seconds)
         slot.done = True
         self._queue.append(slot)
         self._flush()
 
-    def _fill(self, slot: _Slot, ctx: RequestContext, response, started: float) -> None:
+    def _fill(
+        self,
+        slot: _Slot,
+        ctx: RequestContext,
+        response,
+        started: float,
+        request_bytes: int,
+        seconds: float | None,
+    ) -> None:
         # From every API's specs, not the advertised ones: UpdateFeatures may stop advertising
         # an API (group.version 0) while one of its requests is still being answered.
         name = API_SPECS[ctx.api_key].name
@@ -270,16 +343,70 @@ class KafkaConnection(asyncio.BufferedProtocol):
         metrics.request_latency.labels(name).observe(time.perf_counter() - started)
         if response is CLOSE_CONNECTION:
             slot.close = True
-        elif response is not None:
-            try:
-                slot.payload = codec.encode_response(ctx.correlation_id, response)
-            except Exception:
-                # A response kio cannot encode is a bug; it must not leave the slot unanswered
-                # forever (the connection would hang) nor escape into the event loop.
-                log.exception("%s v%d response to %s failed", name, ctx.api_version, self.peer)
-                slot.close = True
-                return
-            metrics.response_bytes.labels(name).inc(sum(map(len, slot.payload)) + 4)
+            return
+        encoding = time.perf_counter()
+        if response is not None and not self._encode(slot, ctx, name, response):
+            return
+        if seconds is not None:
+            seconds += time.perf_counter() - encoding
+        response_bytes = sum(map(len, slot.payload)) + 4 if slot.payload is not None else 0
+        throttle_ms = self._quotas.throttle_ms(
+            ctx.api_key,
+            ctx.user,
+            ctx.client_id or "",
+            request_bytes if ctx.api_key == PRODUCE_KEY else 0,
+            response_bytes if ctx.api_key == FETCH_KEY else 0,
+            seconds,
+            monotonic_ms(),
+        )
+        given_ms = throttle_time_ms(response)  # a handler's own (controller mutations)
+        if throttle_ms > given_ms and response is not None and has_throttle_time(response):
+            self._encode(slot, ctx, name, with_throttle_time(response, throttle_ms))
+            response_bytes = sum(map(len, slot.payload)) + 4
+        if max(throttle_ms, given_ms) > 0:
+            # At once, not when the response is written: requests already read must not be
+            # dispatched behind one that is throttled (Kafka serves one request per connection
+            # at a time, so its mute catches the next one).
+            self._mute(max(throttle_ms, given_ms))
+        if slot.payload is not None:
+            metrics.response_bytes.labels(name).inc(response_bytes)
+
+    def _encode(self, slot: _Slot, ctx: RequestContext, name: str, response) -> bool:
+        try:
+            slot.payload = codec.encode_response(ctx.correlation_id, response)
+        except Exception:
+            # A response kio cannot encode is a bug; it must not leave the slot unanswered
+            # forever (the connection would hang) nor escape into the event loop.
+            log.exception("%s v%d response to %s failed", name, ctx.api_version, self.peer)
+            slot.close = True
+            return False
+        return True
+
+    def _write(self, slot: _Slot) -> None:
+        if slot.payload is not None:
+            self.transport.writelines(frame(slot.payload))
+
+    def _mute(self, throttle_ms: int) -> None:
+        """KIP-219: read nothing more from a throttled client until its throttle time is over
+        (requests already read wait in the backlog)."""
+        until = self._loop_now() + throttle_ms / 1000
+        if until <= self._muted_until:
+            return
+        self._muted_until = until
+        if self._mute_timer is not None:
+            self._mute_timer.cancel()
+        self._mute_timer = asyncio.get_running_loop().call_at(until, self._unmute)
+        self._update_reading()
+
+    def _unmute(self) -> None:
+        self._mute_timer = None
+        self._muted_until = 0.0
+        if not self._closed:
+            self._drain_backlog()
+
+    @staticmethod
+    def _loop_now() -> float:
+        return asyncio.get_running_loop().time()
 
     def _flush(self) -> None:
         queue = self._queue
@@ -290,8 +417,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if slot.close:
                 self.close()
                 return
-            if slot.payload is not None:
-                self.transport.writelines(frame(slot.payload))
+            self._write(slot)
         self._drain_backlog()
 
     def _update_reading(self) -> None:

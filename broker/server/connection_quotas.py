@@ -40,7 +40,7 @@ def parse_overrides(entries: list[str]) -> dict[str, int]:
 
 def _address(host: str) -> str:
     try:
-        return _normalise(str(ipaddress.ip_address(host)))
+        return normalise_address(str(ipaddress.ip_address(host)))
     except ValueError:
         # Kafka resolves host names in the overrides once, when the config is read.
         try:
@@ -64,7 +64,7 @@ class ConnectionQuotas:
     def accept(self, address: str, listener: str = "") -> str | None:
         """Count a new connection from `address` on `listener`, or return the name of the limit
         it exceeds (then nothing is counted)."""
-        address = _normalise(address)
+        address = normalise_address(address)
         per_ip_limit = self._overrides_now().get(address, self._config[PER_IP])
         if self._per_ip[address] >= per_ip_limit:  # type: ignore[operator]
             return PER_IP
@@ -79,7 +79,7 @@ class ConnectionQuotas:
         return None
 
     def release(self, address: str, listener: str = "") -> None:
-        address = _normalise(address)
+        address = normalise_address(address)
         for counts, key in ((self._per_ip, address), (self._per_listener, listener)):
             counts[key] -= 1
             if counts[key] <= 0:
@@ -100,7 +100,7 @@ class ConnectionQuotas:
         return self._overrides
 
 
-def _normalise(address: str) -> str:
+def normalise_address(address: str) -> str:
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:

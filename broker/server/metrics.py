@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from broker.coordinator.transaction_records import TransactionState
+from broker.quota.quota_manager import monotonic_ms
 
 log = logging.getLogger("broker.metrics")
 
@@ -86,8 +87,56 @@ class BrokerMetrics:
     def add_log_cleaner_gauges(self, cleaner) -> None:
         self.registry.register(_LogCleanerCollector(cleaner))
 
+    def add_quota_gauges(self, quotas) -> None:
+        self.registry.register(_QuotaCollector(quotas))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _QuotaCollector:
+    """Client quota usage per quota type and metric tags (Kafka's per-entity byte-rate,
+    request-time and throttle-time metrics; throttle time as counters: Prometheus derives the
+    rates), and connections closed for their address's connection_creation_rate."""
+
+    LABELS = ["quota_type", "user", "client_id"]
+
+    def __init__(self, quotas) -> None:
+        self.quotas = quotas
+
+    def collect(self):
+        rate = GaugeMetricFamily(
+            "fjord_quota_rate",
+            "Measured usage of a quota entity: bytes/s (produce, fetch), percent of a thread "
+            "(request), partition mutations/s (controller_mutation).",
+            labels=self.LABELS,
+        )
+        limit = GaugeMetricFamily(
+            "fjord_quota_limit", "The quota that applies to the entity.", labels=self.LABELS
+        )
+        throttle_ms = CounterMetricFamily(
+            "fjord_quota_throttle_time_ms",
+            "Throttle time given to the entity's responses, in milliseconds.",
+            labels=self.LABELS,
+        )
+        throttled = CounterMetricFamily(
+            "fjord_quota_throttled", "Responses throttled for the entity.", labels=self.LABELS
+        )
+        for sample in self.quotas.samples_now(monotonic_ms()):
+            labels = [sample.quota_type, sample.user, sample.client_id]
+            rate.add_metric(labels, sample.rate)
+            if sample.limit is not None:
+                limit.add_metric(labels, sample.limit)
+            throttle_ms.add_metric(labels, sample.throttle_ms_total)
+            throttled.add_metric(labels, sample.throttled)
+        connections = CounterMetricFamily(
+            "fjord_connection_creation_throttled",
+            "Connections closed for exceeding their address's connection_creation_rate.",
+            labels=["ip"],
+        )
+        for address, count in self.quotas.connection_rate.throttled.items():
+            connections.add_metric([address], count)
+        yield from (rate, limit, throttle_ms, throttled, connections)
 
 
 class _FetchSessionCollector:

@@ -584,6 +584,18 @@ CASES = [
     ),
     ("DescribeProducers", describe_producers, [(R.TOPIC, TOPIC, Op.READ, TOPIC_29)], None),
     (
+        "DescribeClientQuotas",
+        sweep(48),
+        [(R.CLUSTER, CLUSTER_NAME, Op.DESCRIBE_CONFIGS, CLUSTER_31)],
+        None,
+    ),
+    (
+        "AlterClientQuotas",
+        sweep(49),
+        [(R.CLUSTER, CLUSTER_NAME, Op.ALTER_CONFIGS, CLUSTER_31)],
+        None,
+    ),
+    (
         "DescribeUserScramCredentials",
         lambda topic_id: req(50, newest(50), "DescribeUserScramCredentialsRequest", users=None),
         [(R.CLUSTER, CLUSTER_NAME, Op.DESCRIBE, CLUSTER_31)],

@@ -337,6 +337,18 @@ def update_features(v, topic_id):
     return req(57, v, "UpdateFeaturesRequest", timeout=ms(60000), feature_updates=(update,))
 
 
+def describe_client_quotas(v, topic_id):
+    return req(48, v, "DescribeClientQuotasRequest", components=(), strict=False)
+
+
+def alter_client_quotas(v, topic_id):
+    """Removing a quota nobody has: a valid request that changes nothing."""
+    entity = req(49, v, "EntityData", entity_type="client-id", entity_name="sweep")
+    op = req(49, v, "OpData", key="producer_byte_rate", value=0.0, remove=True)
+    entry = req(49, v, "EntryData", entity=(entity,), ops=(op,))
+    return req(49, v, "AlterClientQuotasRequest", entries=(entry,), validate_only=False)
+
+
 FACTORIES = {
     0: produce,
     1: fetch,
@@ -365,6 +377,8 @@ FACTORIES = {
     47: offset_delete,
     16: list_groups,
     42: delete_groups,
+    48: describe_client_quotas,
+    49: alter_client_quotas,
 }
 EXPECTED_ERRORS = {
     43: ErrorCode.election_not_needed,
