@@ -789,6 +789,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             "TRANSACTIONAL_ID_AUTHORIZATION_FAILED.",
         ),
         ConfigDef(
+            "transaction.partition.verification.enable",
+            "boolean",
+            True,
+            "Check a transactional Produce of transaction version 1 against the coordinator "
+            "(KIP-890 part 1): a partition the producer's ongoing transaction did not add "
+            "takes none of its data.",
+        ),
+        ConfigDef(
             "transaction.remove.expired.transaction.cleanup.interval.ms",
             "int",
             3600000,

@@ -85,6 +85,7 @@ async def _init_transactional(
             now_ms,
             two_phase_commit=two_phase_commit,
             keep_prepared_txn=keep_prepared_txn,
+            transaction_version=broker.transaction_runtime.transaction_version,
         )
     )
     error = result.error

@@ -1,7 +1,8 @@
 """Produce: validate each partition's batch, append it as received, answer per acks.
 
 A producer needs WRITE on each topic, and for transactional batches WRITE on its transactional
-id too (KIP-98: so no producer can hold the last stable offset back without being allowed)."""
+id too (KIP-98: so no producer can hold the last stable offset back without being allowed).
+v13 names topics by id (UNKNOWN_TOPIC_ID for one the cluster does not have)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.apis.auth_helper import filter_authorized
 from broker.apis.base import NO_THROTTLE, RequestContext
+from broker.apis.transaction_join import join_transaction
 from broker.records.batch import (
     ATTRIBUTES_OFFSET,
     MAGIC_OFFSET,
@@ -29,6 +31,7 @@ from broker.security.operations import AclOperation, ResourceType
 from broker.storage.producer_state import ProducerStateError
 
 CLOSE_CONNECTION = object()  # acks=0 has no response: an error closes the connection instead
+TOPIC_IDS_VERSION = 13
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +50,7 @@ def handle_produce(broker, ctx: RequestContext, request) -> object:
     now_ms = int(time.time() * 1000)
     any_error = False
     to_flush: list = []  # logs whose flush.messages was reached by this request
+    names = _topic_names(broker, ctx, request)
     if _has_transactional_records(request) and not (
         request.transactional_id is not None
         and broker.authorize(
@@ -56,24 +60,33 @@ def handle_produce(broker, ctx: RequestContext, request) -> object:
         writable: set[str] = set()
         refusal = PartitionResult(ErrorCode.transactional_id_authorization_failed)
     else:
-        names = (t.name for t in request.topic_data)
-        writable = filter_authorized(broker, ctx, AclOperation.WRITE, ResourceType.TOPIC, names)
+        known = (n for n in names if n is not None)
+        writable = filter_authorized(broker, ctx, AclOperation.WRITE, ResourceType.TOPIC, known)
         refusal = PartitionResult(ErrorCode.topic_authorization_failed)
+    transaction = (request.transactional_id, ctx.api_version)
     topics = []
-    for topic_data in request.topic_data:
-        name = topic_data.name
+    for topic_data, name in zip(request.topic_data, names, strict=True):
         partitions = []
         for pd in topic_data.partition_data:
-            if name not in writable:
+            if name is None:
+                result = PartitionResult(ErrorCode.unknown_topic_id)
+            elif name not in writable:
                 result = refusal
             elif acks not in (-1, 0, 1):
                 result = PartitionResult(ErrorCode.invalid_required_acks)
             else:
-                result = _append(broker, name, pd.index, pd.records, acks, now_ms, to_flush)
+                result = _append(
+                    broker, name, pd.index, pd.records, acks, now_ms, to_flush, transaction
+                )
             any_error = any_error or result.error_code != ErrorCode.none
             partitions.append(_partition_response(ctx, pd.index, result))
         topics.append(
-            ctx.response("TopicProduceResponse", name=name, partition_responses=tuple(partitions))
+            ctx.response(
+                "TopicProduceResponse",
+                name=name,
+                topic_id=getattr(topic_data, "topic_id", None),
+                partition_responses=tuple(partitions),
+            )
         )
     if acks == 0:
         response = CLOSE_CONNECTION if any_error else None
@@ -84,6 +97,14 @@ def handle_produce(broker, ctx: RequestContext, request) -> object:
     if to_flush:
         return _flushed(broker, to_flush, response)
     return response
+
+
+def _topic_names(broker, ctx: RequestContext, request) -> list[str | None]:
+    """Each topic's name; from v13 resolved from its id (None for an unknown id)."""
+    if ctx.api_version < TOPIC_IDS_VERSION:
+        return [t.name for t in request.topic_data]
+    topics = (broker.image.topic_by_id(t.topic_id) for t in request.topic_data)
+    return [None if topic is None else topic.name for topic in topics]
 
 
 def _has_transactional_records(request) -> bool:
@@ -135,7 +156,14 @@ def writable_partition(
 
 
 def _append(
-    broker, topic: str, partition: int, records, acks: int, now_ms: int, to_flush: list
+    broker,
+    topic: str,
+    partition: int,
+    records,
+    acks: int,
+    now_ms: int,
+    to_flush: list,
+    transaction: tuple[str | None, int],
 ) -> PartitionResult:
     log, meta, result = writable_partition(broker, topic, partition)
     if log is None:
@@ -147,7 +175,17 @@ def _append(
     except InvalidRecordError as e:
         return PartitionResult(ErrorCode(e.error_code), str(e))
     return append_batch(
-        broker, topic, partition, log, meta, records, header, acks, now_ms, to_flush
+        broker,
+        topic,
+        partition,
+        log,
+        meta,
+        records,
+        header,
+        acks,
+        now_ms,
+        to_flush,
+        transaction=transaction,
     )
 
 
@@ -165,6 +203,7 @@ def append_batch(
     *,
     timestamp_bounds: tuple[int, int] | None = None,
     as_is: LegacyAppend | None = None,
+    transaction: tuple[str | None, int] = (None, 0),
 ) -> PartitionResult:
     """Append one validated v2 batch to the partition `writable_partition` found: topic
     limits, timestamps, transaction and producer-state checks, then Log.append.
@@ -172,7 +211,8 @@ def append_batch(
     `timestamp_bounds` (lowest, highest; -1 for none) replaces the header's bounds when the
     caller knows the records' exact ones (an up-converted message set), and `as_is` is that
     set as produced, appended instead of converting the batch back when the log keeps the
-    set's magic."""
+    set's magic. `transaction` is the request's transactional id and Produce version, which
+    say how a transactional batch's partition joins its transaction."""
     rm = broker.replica_manager
     if header.is_control:
         return PartitionResult(
@@ -211,13 +251,9 @@ def append_batch(
         except InvalidRecordError as e:
             return PartitionResult(ErrorCode(e.error_code), str(e))
     if header.is_transactional:
-        # Kafka's partition verification (KIP-890 part 1): only a partition the producer's
-        # ongoing transaction added takes its data, so no zombie leaves a transaction hanging.
-        error = broker.transaction_coordinator.verify_partition(
-            header.producer_id, header.producer_epoch, (topic, partition)
-        )
-        if error is not ErrorCode.none:
-            return PartitionResult(error, "The transaction does not hold this partition")
+        refused = join_transaction(broker, *transaction, header, (topic, partition))
+        if refused is not None:
+            return PartitionResult(*refused)
     if header.producer_id >= 0:
         try:
             duplicate = log.producer_state.check(header)

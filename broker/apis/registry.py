@@ -62,10 +62,11 @@ def _below(first_modern: int, legacy: Handler, modern: Handler) -> Handler:
 API_SPECS: dict[int, ApiSpec] = {
     s.key: s
     for s in [
-        # Produce v12 is transaction version 2 (partitions added implicitly, KIP-890 part 2).
-        # Produce v0-2, Fetch v0-3 and ListOffsets v0 (gone from Kafka 4) serve old clients:
-        # magic 0/1 message sets are converted to and from the v2 batches on disk.
-        ApiSpec(0, "Produce", 0, 11, _below(3, legacy_produce.handle, handle_produce)),
+        # Produce v12 is transaction version 2 (partitions added implicitly, KIP-890 part 2),
+        # v13 names topics by id. Produce v0-2, Fetch v0-3 and ListOffsets v0 (gone from
+        # Kafka 4) serve old clients: magic 0/1 message sets are converted to and from the v2
+        # batches on disk.
+        ApiSpec(0, "Produce", 0, 13, _below(3, legacy_produce.handle, handle_produce)),
         ApiSpec(1, "Fetch", 0, 18, _below(4, legacy_fetch.handle, handle_fetch)),
         # ListOffsets v8, v9 and v11 add tiered-storage specs (answered as Kafka does without
         # remote storage), v10 a timeout for remote look-ups.

@@ -18,11 +18,21 @@ from kio.schema.errors import ErrorCode
 
 from broker.apis.auth_helper import authorize_cluster, filter_authorized
 from broker.apis.base import NO_THROTTLE, ApiSpec, RequestContext
+from broker.coordinator.transaction_coordinator import NO_PRODUCER_ID, EndTxnResponse
 from broker.coordinator.transaction_records import TransactionState
 from broker.security.operations import AclOperation, ResourceType
 from broker.storage.producer_state import ProducerStateError
 
 OFFSETS_TOPIC = "__consumer_offsets"
+# The first versions of transaction version 2 (KIP-890 part 2); a cluster that has not
+# finalized transaction.version 2 answers them UNSUPPORTED_VERSION.
+TRANSACTION_V2_END_TXN = 5
+TRANSACTION_V2_TXN_OFFSET_COMMIT = 5
+
+
+def _transaction_version(ctx: RequestContext, first_v2_version: int) -> int:
+    """The transaction version a request speaks: 2 from the API's KIP-890 part 2 version."""
+    return 2 if ctx.api_version >= first_v2_version else 0
 
 
 def _fenced(error: ErrorCode, ctx: RequestContext, first_version: int) -> ErrorCode:
@@ -110,19 +120,25 @@ async def handle_add_offsets_to_txn(broker, ctx: RequestContext, request) -> obj
         error = ErrorCode.invalid_group_id
     else:
         await broker.coordinator_runtime.ensure_offsets_topic()
-        partition = broker.group_coordinator.partition_for(request.group_id)
-        coordinator = broker.transaction_coordinator
-        error = await broker.transaction_runtime.run(
-            lambda now_ms: coordinator.add_partitions(
-                request.transactional_id,
-                request.producer_id,
-                request.producer_epoch,
-                [(OFFSETS_TOPIC, partition)],
-                now_ms,
-            )
-        )
+        error = await _add_offsets_partition(broker, request)
     return ctx.response(
         "AddOffsetsToTxnResponse", throttle_time=NO_THROTTLE, error_code=_fenced(error, ctx, 2)
+    )
+
+
+async def _add_offsets_partition(broker, request, transaction_version: int = 0) -> ErrorCode:
+    """The group's partition of `__consumer_offsets` joins the producer's transaction."""
+    partition = broker.group_coordinator.partition_for(request.group_id)
+    coordinator = broker.transaction_coordinator
+    return await broker.transaction_runtime.run(
+        lambda now_ms: coordinator.add_partitions(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            [(OFFSETS_TOPIC, partition)],
+            now_ms,
+            transaction_version,
+        )
     )
 
 
@@ -130,24 +146,35 @@ async def handle_add_offsets_to_txn(broker, ctx: RequestContext, request) -> obj
 
 
 async def handle_end_txn(broker, ctx: RequestContext, request) -> object:
+    """v5 is transaction version 2 (KafkaApis.handleEndTxnRequest): the end bumps the epoch
+    and the response carries the producer id and epoch for the next transaction."""
+    transaction_version = _transaction_version(ctx, TRANSACTION_V2_END_TXN)
     if not _may_write(broker, ctx, request.transactional_id):
-        return ctx.response(
-            "EndTxnResponse",
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.transactional_id_authorization_failed,
+        result = EndTxnResponse(ErrorCode.transactional_id_authorization_failed)
+    elif transaction_version > broker.transaction_runtime.transaction_version:
+        result = EndTxnResponse(ErrorCode.unsupported_version)
+    else:
+        coordinator = broker.transaction_coordinator
+        fresh = NO_PRODUCER_ID
+        if transaction_version >= 2 and coordinator.epoch_exhausted(request.transactional_id):
+            fresh = await broker.generate_producer_id()
+        result = await broker.transaction_runtime.run(
+            lambda now_ms: coordinator.end_transaction(
+                request.transactional_id,
+                request.producer_id,
+                request.producer_epoch,
+                request.committed,
+                now_ms,
+                transaction_version=transaction_version,
+                fresh_producer_id=fresh,
+            )
         )
-    coordinator = broker.transaction_coordinator
-    error = await broker.transaction_runtime.run(
-        lambda now_ms: coordinator.end_transaction(
-            request.transactional_id,
-            request.producer_id,
-            request.producer_epoch,
-            request.committed,
-            now_ms,
-        )
-    )
     return ctx.response(
-        "EndTxnResponse", throttle_time=NO_THROTTLE, error_code=_fenced(error, ctx, 2)
+        "EndTxnResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=_fenced(result.error, ctx, 2),
+        producer_id=result.producer_id,
+        producer_epoch=result.producer_epoch,
     )
 
 
@@ -200,16 +227,26 @@ async def handle_txn_offset_commit(broker, ctx: RequestContext, request) -> obje
 
 
 async def _txn_offset_commit(broker, ctx: RequestContext, request, offsets) -> dict:
-    error = ErrorCode.none
+    """The group's partition of `__consumer_offsets` must be in the transaction: v5 adds it
+    (transaction version 2), older versions are verified as a Produce is (KIP-890)."""
+    transaction_version = _transaction_version(ctx, TRANSACTION_V2_TXN_OFFSET_COMMIT)
+    coordinator = broker.transaction_coordinator
     if not request.group_id:
         error = ErrorCode.invalid_group_id
+    elif transaction_version > broker.transaction_runtime.transaction_version:
+        error = ErrorCode.unsupported_version
+    elif transaction_version >= 2:
+        error = await _add_offsets_partition(broker, request, transaction_version)
     else:
         partition = broker.group_coordinator.partition_for(request.group_id)
-        error = broker.transaction_coordinator.verify_partition(
-            request.producer_id, request.producer_epoch, (OFFSETS_TOPIC, partition)
+        error = coordinator.verify_partition(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            (OFFSETS_TOPIC, partition),
         )
-        if error is ErrorCode.invalid_producer_epoch:
-            error = ErrorCode.producer_fenced
+        if error is ErrorCode.transaction_abortable and ctx.api_version < 4:
+            error = ErrorCode.invalid_txn_state  # TRANSACTION_ABORTABLE came with v4
     if error is ErrorCode.none:
         try:
             errors = await _commit_pending_offsets(broker, request, offsets)
@@ -458,10 +495,11 @@ SPECS = (
     # v4+ is the broker-to-broker verification form (KIP-890); clients use up to v3.
     ApiSpec(24, "AddPartitionsToTxn", 0, 3, handle_add_partitions_to_txn),
     ApiSpec(25, "AddOffsetsToTxn", 0, 4, handle_add_offsets_to_txn),
-    # EndTxn v5 and TxnOffsetCommit v5 belong to transaction version 2 (KIP-890 part 2).
-    ApiSpec(26, "EndTxn", 0, 4, handle_end_txn),
+    # EndTxn v5 and TxnOffsetCommit v5 are transaction version 2 (KIP-890 part 2), advertised
+    # as Kafka does whatever transaction.version is finalized: clients choose by that level.
+    ApiSpec(26, "EndTxn", 0, 5, handle_end_txn),
     ApiSpec(27, "WriteTxnMarkers", 1, 2, handle_write_txn_markers),
-    ApiSpec(28, "TxnOffsetCommit", 0, 4, handle_txn_offset_commit),
+    ApiSpec(28, "TxnOffsetCommit", 0, 5, handle_txn_offset_commit),
     ApiSpec(61, "DescribeProducers", 0, 0, handle_describe_producers),
     ApiSpec(65, "DescribeTransactions", 0, 0, handle_describe_transactions),
     ApiSpec(66, "ListTransactions", 0, 2, handle_list_transactions),

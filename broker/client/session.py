@@ -31,8 +31,11 @@ API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 MIN_VERSIONS = {2: 2, 9: 8, 10: 4, 3: 1}
 # The newest version the client's requests are written for: OffsetCommit and OffsetFetch v10
 # name topics by id, and the client names them (Kafka's own builders keep to v9 too unless
-# every topic's id is known).
-MAX_VERSIONS = {8: 9, 9: 9}
+# every topic's id is known). Produce v12, EndTxn v5 and TxnOffsetCommit v5 are transaction
+# version 2 (KIP-890 part 2), which the producer does not speak: it keeps to version 1's
+# protocol (AddPartitionsToTxn, AddOffsetsToTxn, one epoch across transactions), which a
+# cluster at either level serves, as the Java client does when it does not turn version 2 on.
+MAX_VERSIONS = {0: 11, 8: 9, 9: 9, 26: 4, 28: 4}
 
 
 @dataclass(frozen=True)

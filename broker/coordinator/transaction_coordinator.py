@@ -15,6 +15,15 @@ transaction waits for its outcome however long an external coordinator takes. In
 with keepPreparedTxn leaves an ongoing transaction open and hands the new process an identity of
 its own (the "next" producer id and epoch, as Kafka's coordinator does), with which it alone may
 end the transaction; the markers then fence the process that prepared it.
+
+Transaction version 2 (KIP-890 part 2; EndTxn v5, Produce v12, TxnOffsetCommit v5): partitions
+join the transaction through the partition leader and the group coordinator, and every end
+bumps the producer epoch, so that nothing the producer sent for one transaction can land in
+the next. The markers carry the bumped epoch and the response hands it to the producer; once
+the epoch is exhausted the transaction ends under a new producer id (`next_producer_id` while
+the markers are written, `previous_producer_id` after, for a retry of the EndTxn). The record
+keeps the version the transaction was ended with, so a retried EndTxn is recognised after a
+restart too.
 """
 
 from __future__ import annotations
@@ -78,6 +87,7 @@ class TransactionMetadata:
     # In memory only, as in Kafka: the epoch before the last bump, so that a retried
     # InitProducerId (KIP-360) gets the same answer instead of a second bump.
     last_producer_epoch: int = -1
+    client_transaction_version: int = 0
 
     @property
     def two_phase_commit(self) -> bool:
@@ -85,7 +95,13 @@ class TransactionMetadata:
 
     @property
     def taken_over(self) -> bool:
-        return self.next_producer_id != NO_PRODUCER_ID
+        # Only KIP-939 gives the next identity an epoch; transaction version 2 sets the next
+        # producer id alone, when an end exhausts the epoch.
+        return self.next_producer_epoch != NO_PRODUCER_EPOCH
+
+    @property
+    def transaction_v2(self) -> bool:
+        return self.client_transaction_version >= 2
 
     @property
     def owner(self) -> tuple[int, int]:
@@ -112,6 +128,7 @@ class TransactionMetadata:
                 transaction_start_timestamp_ms=self.start_ms,
                 previous_producer_id=self.previous_producer_id,
                 next_producer_id=self.next_producer_id,
+                client_transaction_version=self.client_transaction_version,
                 next_producer_epoch=self.next_producer_epoch,
             ),
         )
@@ -132,6 +149,7 @@ class TransactionMetadata:
             value.previous_producer_id,
             value.next_producer_id,
             value.next_producer_epoch,
+            client_transaction_version=value.client_transaction_version,
         )
 
 
@@ -144,6 +162,7 @@ class MarkerJob:
     producer_epoch: int
     commit: bool
     partitions: frozenset[TopicPartition]
+    transaction_version: int = 0  # WriteTxnMarkers' own: how partitions check the epoch
 
 
 @dataclass(slots=True)
@@ -151,6 +170,14 @@ class TxnResult:
     records: list[Record] = field(default_factory=list)
     response: object = None
     markers: list[MarkerJob] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnResponse:
+    error: ErrorCode
+    # v5 (transaction version 2): the identity for the producer's next transaction.
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,9 +240,11 @@ class TransactionCoordinator:
         *,
         two_phase_commit: bool = False,
         keep_prepared_txn: bool = False,
+        transaction_version: int = 0,
     ) -> TxnResult:
         """`fresh_producer_id` is used when the id needs a new producer id (first use, or its
-        epoch is exhausted); the caller allocates it beforehand so that this stays sync."""
+        epoch is exhausted); the caller allocates it beforehand so that this stays sync.
+        `transaction_version` is the cluster's, which fencing an ongoing transaction uses."""
         if two_phase_commit:
             timeout_ms = TWO_PHASE_COMMIT_TIMEOUT_MS  # transaction.max.timeout.ms is no bound
         elif not 0 < timeout_ms <= self.config.max_timeout_ms:
@@ -247,7 +276,7 @@ class TransactionCoordinator:
                 return self._take_over(meta, timeout_ms, fresh_producer_id, now_ms)
             # Fence the previous instance: its transaction is aborted under a bumped epoch, and
             # the caller retries (CONCURRENT_TRANSACTIONS) once the abort completed.
-            result = self._abort(meta, now_ms)
+            result = self._abort(meta, now_ms, transaction_version)
             result.response = InitProducerIdResponse(ErrorCode.concurrent_transactions)
             return result
         if meta.producer_epoch >= MAX_PRODUCER_EPOCH:
@@ -275,8 +304,12 @@ class TransactionCoordinator:
         producer_epoch: int,
         partitions: Iterable[TopicPartition],
         now_ms: int,
+        transaction_version: int = 0,
     ) -> TxnResult:
-        """Response: the error for every partition (Kafka answers one error for all)."""
+        """Response: the error for every partition (Kafka answers one error for all).
+        `transaction_version` 2 is a partition leader or group coordinator adding a partition
+        for a Produce v12 or TxnOffsetCommit v5 (KIP-890 part 2); the transaction remembers
+        it, so that its end is checked and answered as that version's."""
         meta = self.transactions.get(transactional_id)
         if meta is not None and meta.taken_over and (producer_id, producer_epoch) == meta.owner:
             # The process that took a prepared transaction over may only end it (Kafka).
@@ -287,9 +320,14 @@ class TransactionCoordinator:
         if error is not ErrorCode.none:
             return TxnResult(response=error)
         added = frozenset(partitions)
-        if meta.state is S.ONGOING and added <= meta.partitions:
+        if (
+            meta.state is S.ONGOING
+            and added <= meta.partitions
+            and transaction_version == meta.client_transaction_version
+        ):
             return TxnResult(response=ErrorCode.none)
         new = replace(meta, partitions=meta.partitions | added, last_update_ms=now_ms)
+        new.client_transaction_version = transaction_version
         if meta.state is not S.ONGOING:
             new.state, new.start_ms = S.ONGOING, now_ms
             new.partitions = added
@@ -304,24 +342,96 @@ class TransactionCoordinator:
         producer_epoch: int,
         commit: bool,
         now_ms: int,
+        *,
+        transaction_version: int = 0,
+        fresh_producer_id: int = NO_PRODUCER_ID,
     ) -> TxnResult:
+        """EndTxn; `transaction_version` 2 for v5. `fresh_producer_id` is the id a version 2
+        end moves to when the epoch is exhausted (`epoch_exhausted` says when the caller must
+        allocate one)."""
         meta = self.transactions.get(transactional_id)
+        if transaction_version >= 2:
+            return self._end_v2(
+                meta, producer_id, producer_epoch, commit, now_ms, fresh_producer_id
+            )
         error = _producer_error(meta, producer_id, producer_epoch, owner=True)
         if error is not ErrorCode.none:
-            return TxnResult(response=error)
+            return _ended(error)
         state = meta.state
         if state is S.ONGOING:
             if meta.taken_over:
                 # The markers fence the process that prepared the transaction (KIP-939).
                 meta = replace(meta, producer_epoch=_bumped(meta.producer_epoch))
-            return self._prepare(meta, S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, now_ms)
-        done = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
-        if state is done:
-            return TxnResult(response=ErrorCode.none)  # a retry of an EndTxn that completed
-        in_flight = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
-        if state is in_flight or state is S.PREPARE_EPOCH_FENCE:
-            return TxnResult(response=ErrorCode.concurrent_transactions)
-        return TxnResult(response=ErrorCode.invalid_txn_state)
+            meta = replace(meta, client_transaction_version=transaction_version)
+            result = self._prepare(meta, S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, now_ms)
+            result.response = EndTxnResponse(ErrorCode.none, *_after_end(meta))
+            return result
+        return _ended(_end_again(state, commit), *_after_end(meta))
+
+    def _end_v2(
+        self,
+        meta: TransactionMetadata | None,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        now_ms: int,
+        fresh_producer_id: int,
+    ) -> TxnResult:
+        """Kafka's TransactionCoordinator.endTransaction for a version 2 client: every end
+        bumps the epoch, so an EndTxn one epoch behind the id's after a version 2 end (or
+        behind the new producer id's epoch 0 after an exhausted one) is that end's retry."""
+        if meta is None:
+            return _ended(ErrorCode.invalid_producer_id_mapping)
+        state = meta.state
+        if meta.transaction_v2 and state not in (S.EMPTY, S.ONGOING):
+            retry_of_bump = (
+                producer_id == meta.producer_id and producer_epoch + 1 == meta.producer_epoch
+            )
+            retry_of_new_id = (
+                producer_id == meta.previous_producer_id
+                and producer_epoch >= MAX_PRODUCER_EPOCH
+                and meta.producer_epoch == 0
+            )
+            if retry_of_bump or retry_of_new_id:
+                error = _end_again(state, commit)
+                if error is not ErrorCode.none:
+                    return _ended(error)
+                return _ended(ErrorCode.none, meta.producer_id, meta.producer_epoch)
+        error = _producer_error(meta, producer_id, producer_epoch, owner=True)
+        if error is not ErrorCode.none:
+            return _ended(error)
+        if state is S.ONGOING:
+            target = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
+        elif state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+            if commit:  # at the id's epoch this is a new transaction, and nothing is in it
+                return _ended(ErrorCode.invalid_txn_state)
+            # Nothing reached the transaction (a Produce that failed before its partition
+            # joined): the abort still bumps the epoch, which fences whatever is in flight.
+            target = S.PREPARE_ABORT
+        else:
+            return _ended(_end_again(state, commit))
+        new = replace(meta, client_transaction_version=2)
+        if meta.taken_over:
+            # The markers fence the process that prepared it, under the transaction's id; the
+            # process that took it over continues one epoch on (_take_over left room for it).
+            new.producer_epoch = _bumped(meta.producer_epoch)
+            new.next_producer_epoch = meta.next_producer_epoch + 1
+        elif meta.producer_epoch >= MAX_PRODUCER_EPOCH:
+            # The markers still take the last epoch; the transaction completes under a new id.
+            new.producer_epoch, new.next_producer_id = meta.producer_epoch + 1, fresh_producer_id
+        else:
+            new.producer_epoch = meta.producer_epoch + 1
+        if state is not S.ONGOING:
+            new.partitions, new.start_ms = frozenset(), now_ms
+        result = self._prepare(new, target, now_ms)
+        next_id, next_epoch = _after_end(new)
+        result.response = EndTxnResponse(ErrorCode.none, next_id, next_epoch)
+        return result
+
+    def epoch_exhausted(self, transactional_id: str) -> bool:
+        """Whether a version 2 end of the id's transaction needs a new producer id."""
+        meta = self.transactions.get(transactional_id)
+        return meta is not None and meta.producer_epoch >= MAX_PRODUCER_EPOCH
 
     def complete(self, transactional_id: str, now_ms: int) -> list[Record]:
         """The markers of a prepared transaction are written: CompleteCommit/CompleteAbort."""
@@ -332,9 +442,10 @@ class TransactionCoordinator:
 
     # -- timers ------------------------------------------------------------------------------
 
-    def abort_timed_out(self, now_ms: int) -> TxnResult:
+    def abort_timed_out(self, now_ms: int, transaction_version: int = 0) -> TxnResult:
         """Transactions open longer than their timeout are aborted under a bumped epoch, so
-        the producer that left them is fenced (Kafka's abortTimedOutTransactions)."""
+        the producer that left them is fenced (Kafka's abortTimedOutTransactions), as the
+        cluster's `transaction_version` ends transactions."""
         result = TxnResult()
         for meta in list(self.transactions.values()):
             if (
@@ -342,7 +453,7 @@ class TransactionCoordinator:
                 and not meta.two_phase_commit  # its outcome is an external coordinator's
                 and meta.start_ms + meta.timeout_ms <= now_ms
             ):
-                aborted = self._abort(meta, now_ms)
+                aborted = self._abort(meta, now_ms, transaction_version)
                 result.records += aborted.records
                 result.markers += aborted.markers
         return result
@@ -360,21 +471,26 @@ class TransactionCoordinator:
     # -- produce verification and admin views ------------------------------------------------
 
     def verify_partition(
-        self, producer_id: int, producer_epoch: int, topic_partition: TopicPartition
+        self,
+        transactional_id: str | None,
+        producer_id: int,
+        producer_epoch: int,
+        topic_partition: TopicPartition,
     ) -> ErrorCode:
-        """A transactional Produce is accepted only for a partition its ongoing transaction
-        added (Kafka's partition verification, KIP-890 part 1): a zombie or a producer that
-        skipped AddPartitionsToTxn cannot leave a transaction hanging."""
-        txn_id = self._by_producer_id.get(producer_id)
-        meta = self.transactions.get(txn_id) if txn_id is not None else None
-        if meta is None:
+        """Kafka's handleVerifyPartitionsInTransaction (KIP-890 part 1): a transactional
+        Produce of transaction version 1 is accepted only for a partition its ongoing
+        transaction added, so that neither a zombie nor a producer that skipped
+        AddPartitionsToTxn can leave a transaction hanging. The coordinator's answer; the
+        partition leader translates it for its client."""
+        meta = self.transactions.get(transactional_id) if transactional_id is not None else None
+        if meta is None or meta.producer_id != producer_id:
             return ErrorCode.invalid_producer_id_mapping
-        if producer_epoch < meta.producer_epoch:
-            return ErrorCode.invalid_producer_epoch
+        if meta.producer_epoch != producer_epoch:
+            return ErrorCode.producer_fenced
+        if meta.state in _PREPARED:
+            return ErrorCode.concurrent_transactions
         if meta.state is not S.ONGOING or topic_partition not in meta.partitions:
-            return ErrorCode.invalid_txn_state
-        if meta.taken_over and producer_epoch > meta.producer_epoch:
-            return ErrorCode.invalid_txn_state  # the new process may only end the transaction
+            return ErrorCode.transaction_abortable
         return ErrorCode.none
 
     def transactional_id_of(self, producer_id: int) -> str | None:
@@ -391,10 +507,16 @@ class TransactionCoordinator:
             result.records += self._complete_record(new, now_ms)
         return result
 
-    def _abort(self, meta: TransactionMetadata, now_ms: int) -> TxnResult:
+    def _abort(self, meta: TransactionMetadata, now_ms: int, transaction_version: int) -> TxnResult:
         """The coordinator's own abort (a timeout, a new instance): under bumped epochs, so
-        that the producer that left it, and any process that took it over, are fenced."""
-        meta = replace(meta, producer_epoch=_bumped(meta.producer_epoch))
+        that the producer that left it, and any process that took it over, are fenced. Under
+        transaction version 2 the epoch goes up twice, as in Kafka (the fence, then the end's
+        own bump): one bump alone would make the fenced producer's EndTxn look like a retry
+        of this abort."""
+        bumps = 2 if transaction_version >= 2 else 1
+        meta = replace(meta, client_transaction_version=transaction_version)
+        for _ in range(bumps):
+            meta.producer_epoch = _bumped(meta.producer_epoch)
         if meta.taken_over:
             meta.next_producer_epoch = _bumped(meta.next_producer_epoch)
         return self._prepare(meta, S.PREPARE_ABORT, now_ms)
@@ -408,7 +530,8 @@ class TransactionCoordinator:
         and the ongoing identity, to match against what its external coordinator recorded."""
         owner_id, owner_epoch = meta.owner
         new = replace(meta, timeout_ms=timeout_ms, last_update_ms=now_ms)
-        if owner_epoch >= MAX_PRODUCER_EPOCH:
+        # One epoch short of the last, so that a transaction version 2 end can bump it.
+        if owner_epoch >= MAX_PRODUCER_EPOCH - 1:
             new.next_producer_id, new.next_producer_epoch = fresh_producer_id, 0
         else:
             new.next_producer_id, new.next_producer_epoch = owner_id, owner_epoch + 1
@@ -428,11 +551,12 @@ class TransactionCoordinator:
         done = replace(
             meta, state=_PREPARED[meta.state], partitions=frozenset(), last_update_ms=now_ms
         )
-        if meta.taken_over:  # the process that took the transaction over owns the id now
-            done.producer_id, done.producer_epoch = meta.owner
-            if done.producer_id != meta.producer_id:
-                done.previous_producer_id = meta.producer_id
-            done.next_producer_id, done.next_producer_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+        # The process that took the transaction over owns the id now, or a version 2 end
+        # that exhausted the epoch moves it to its new producer id.
+        done.producer_id, done.producer_epoch = _after_end(meta)
+        if done.producer_id != meta.producer_id:
+            done.previous_producer_id = meta.producer_id
+        done.next_producer_id, done.next_producer_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
         return [done.record()]
 
 
@@ -447,7 +571,33 @@ def _markers(meta: TransactionMetadata) -> MarkerJob:
         meta.producer_epoch,
         meta.state is S.PREPARE_COMMIT,
         meta.partitions,
+        meta.client_transaction_version,
     )
+
+
+def _after_end(meta: TransactionMetadata) -> tuple[int, int]:
+    """The identity a prepared transaction leaves the id with once its markers are written."""
+    if meta.taken_over:
+        return meta.owner
+    if meta.next_producer_id != NO_PRODUCER_ID:
+        return meta.next_producer_id, 0
+    return meta.producer_id, meta.producer_epoch
+
+
+def _ended(
+    error: ErrorCode, producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH
+) -> TxnResult:
+    return TxnResult(response=EndTxnResponse(error, producer_id, producer_epoch))
+
+
+def _end_again(state: S, commit: bool) -> ErrorCode:
+    """EndTxn for a transaction already ending or ended: the same outcome is a retry
+    (CONCURRENT_TRANSACTIONS while its markers are written), another one is refused."""
+    if state is (S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT):
+        return ErrorCode.none
+    if state is (S.PREPARE_COMMIT if commit else S.PREPARE_ABORT) or state is S.PREPARE_EPOCH_FENCE:
+        return ErrorCode.concurrent_transactions
+    return ErrorCode.invalid_txn_state
 
 
 def _bumped(epoch: int) -> int:

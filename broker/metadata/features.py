@@ -2,10 +2,13 @@
 cluster runs at, and the checks of Kafka's FeatureControlManager.updateFeatures.
 
 metadata.version 30 is Kafka 4.3's IBP_4_3_IV0, the only level Fjord implements.
-transaction.version 2 (KIP-890's transactions v2) is not offered: clients would switch to
-Produce v12 and EndTxn v5. Levels 0 and 1 of transaction.version behave alike for clients (in
-Kafka they differ in the coordinator's log format). group.version 0 turns the consumer group
-protocol (KIP-848) off, as in Kafka (the broker's `consumer_protocol_enabled`)."""
+transaction.version 2 is KIP-890's transactions v2 (Produce v12, EndTxn v5 and TxnOffsetCommit
+v5: partitions join a transaction implicitly and every transaction's end bumps the epoch),
+which clients turn on by themselves once it is finalized; as in Kafka 4.x a new cluster starts
+at 2, and a store finalized earlier keeps its level until UpdateFeatures changes it. Levels 0
+and 1 behave alike for clients (in Kafka they differ in the coordinator's log format).
+group.version 0 turns the consumer group protocol (KIP-848) off, as in Kafka (the broker's
+`consumer_protocol_enabled`)."""
 
 from __future__ import annotations
 
@@ -20,11 +23,11 @@ GROUP_VERSION = "group.version"
 # feature -> (min, max) supported level
 SUPPORTED: dict[str, tuple[int, int]] = {
     METADATA_VERSION: (30, 30),
-    TRANSACTION_VERSION: (0, 1),
+    TRANSACTION_VERSION: (0, 2),
     GROUP_VERSION: (0, 1),
 }
 # The levels a new cluster is finalized at (Kafka's bootstrap levels for its metadata.version).
-DEFAULT_LEVELS: dict[str, int] = {METADATA_VERSION: 30, TRANSACTION_VERSION: 1, GROUP_VERSION: 1}
+DEFAULT_LEVELS: dict[str, int] = {METADATA_VERSION: 30, TRANSACTION_VERSION: 2, GROUP_VERSION: 1}
 
 
 class UpgradeType(enum.IntEnum):

@@ -24,6 +24,7 @@ from broker.coordinator.transaction_records import (
     decode_transaction_record,
     encode_transaction_record,
 )
+from broker.metadata.features import TRANSACTION_VERSION
 from broker.server.coordinator_log import append_records, read_batches
 from broker.storage.producer_state import ProducerStateError
 
@@ -76,12 +77,23 @@ class TransactionRuntime:
                 },
             )
 
+    @property
+    def transaction_version(self) -> int:
+        """The cluster's finalized transaction.version: which protocol clients may use, and
+        how the coordinator ends the transactions it aborts itself."""
+        return self.broker.features.level(TRANSACTION_VERSION)
+
     # -- operations ----------------------------------------------------------------------------
 
     async def run(self, op):
         """Run `op(now_ms) -> TxnResult`: append and replay its records, write the markers of
         any transaction it ended, then answer."""
         await self.ensure_state_topic()
+        return self.apply(op(_now_ms()))
+
+    def run_sync(self, op):
+        """`run` for a caller on a path that must not wait: the transactional id it names
+        has state, so `__transaction_state` exists already."""
         return self.apply(op(_now_ms()))
 
     def apply(self, result: TxnResult):
@@ -93,7 +105,7 @@ class TransactionRuntime:
 
     def abort_timed_out(self, now_ms: int) -> None:
         if self.broker.image.topic(TRANSACTION_STATE_TOPIC) is not None:
-            self.apply(self.coordinator.abort_timed_out(now_ms))
+            self.apply(self.coordinator.abort_timed_out(now_ms, self.transaction_version))
 
     def expire_transactional_ids(self, now_ms: int) -> None:
         if self.broker.image.topic(TRANSACTION_STATE_TOPIC) is not None:
@@ -148,6 +160,7 @@ class TransactionRuntime:
                 job.commit,
                 coordinator_epoch,
                 now_ms,
+                job.transaction_version,
             )
             if error not in (ErrorCode.none, ErrorCode.unknown_topic_or_partition):
                 log.warning("marker for %s on %s-%d refused: %s", job, topic, partition, error)

@@ -281,7 +281,8 @@ def test_describe_and_update_features(admin):
     assert features["metadata.version"]["supported"] == (30, 30)
     assert features["metadata.version"]["finalized"] == (30, 30)
     assert features["group.version"]["supported"] == (0, 1)
-    assert features["transaction.version"]["finalized"] == (1, 1)
+    assert features["transaction.version"]["supported"] == (0, 2)
+    assert features["transaction.version"]["finalized"] == (2, 2)
     epoch = features["metadata.version"]["finalized_epoch"]
     assert epoch is not None and epoch >= 0
     assert admin.update_features(
@@ -289,8 +290,12 @@ def test_describe_and_update_features(admin):
     ) == {"group.version": "OK"}
     assert admin.describe_features()["group.version"]["finalized"] == (1, 1)
     with pytest.raises(Errors.InvalidUpdateVersionError):
-        admin.update_features({"transaction.version": 2})
-    assert admin.update_features({"transaction.version": 1}) == {"transaction.version": "OK"}
+        admin.update_features({"transaction.version": 3})
+    assert admin.update_features(
+        {"transaction.version": (UpdateFeatureType.SAFE_DOWNGRADE, 1)}
+    ) == {"transaction.version": "OK"}
     after = admin.describe_features()
     assert after["transaction.version"]["finalized"] == (1, 1)
     assert after["metadata.version"]["finalized_epoch"] == epoch + 1
+    # Back to the default: the broker is shared with the other tests.
+    assert admin.update_features({"transaction.version": 2}) == {"transaction.version": "OK"}

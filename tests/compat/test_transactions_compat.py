@@ -41,7 +41,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KPTopicPartition
-from kafka.admin import KafkaAdminClient
+from kafka.admin import KafkaAdminClient, UpdateFeatureType
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -65,6 +65,29 @@ def txn_broker(tmp_path_factory):
     ).start()
     yield broker
     assert broker.stop() == 0, "".join(broker.output[-50:])
+
+
+@pytest.fixture(scope="module")
+def transaction_v1_broker(tmp_path_factory):
+    """A broker whose cluster finalized transaction.version 1 (KIP-890's transactions v2
+    off), as a cluster upgraded from Kafka 3.x runs until an operator raises it."""
+    broker = BrokerProcess(tmp_path_factory.mktemp("txn-v1-logs")).start()
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        downgrade = {"transaction.version": (UpdateFeatureType.SAFE_DOWNGRADE, 1)}
+        assert admin.update_features(downgrade) == {"transaction.version": "OK"}
+    finally:
+        admin.close()
+    yield broker
+    assert broker.stop() == 0, "".join(broker.output[-50:])
+
+
+@pytest.fixture(params=["transaction.version=2", "transaction.version=1"])
+def any_version_broker(request) -> BrokerProcess:
+    """Clients without KIP-890 (these three) run the version 1 protocol on either cluster;
+    on a version 2 one the broker verifies each transactional produce (KIP-890 part 1)."""
+    name = "txn_broker" if request.param.endswith("2") else "transaction_v1_broker"
+    return request.getfixturevalue(name)
 
 
 def create_topic(bootstrap: str, prefix: str, partitions: int = PARTITIONS) -> str:
@@ -448,12 +471,12 @@ def client(request) -> Client:
 ROUNDS, CHUNKS, PER_CHUNK = 4, 3, 4
 
 
-def test_interleaved_commits_and_aborts(txn_broker, client):
+def test_interleaved_commits_and_aborts(any_version_broker, client):
     """Two producers write in alternating chunks (each chunk acknowledged before the other
     producer's next one, so the log order is known); per round one commits and the other
     aborts, ending in either order. In later rounds the aborting one writes to one partition
     only, so partitions differ in markers."""
-    bootstrap = txn_broker.bootstrap
+    bootstrap = any_version_broker.bootstrap
     topic = create_topic(bootstrap, "txn-interleaved")
     producers = {name: client.producer(bootstrap, transactional_id(name)) for name in "ab"}
     sent: Values = {p: [] for p in range(PARTITIONS)}
@@ -564,10 +587,12 @@ def test_open_transaction_holds_read_committed_consumers_at_the_lso(txn_broker, 
 # -- zombie fencing --------------------------------------------------------------------------
 
 
-def test_second_producer_with_the_same_transactional_id_fences_the_first(txn_broker, client):
+def test_second_producer_with_the_same_transactional_id_fences_the_first(
+    any_version_broker, client
+):
     """The new instance's InitProducerId bumps the epoch and aborts the zombie's open
     transaction; the zombie's later writes are refused and its commit fails fatally."""
-    bootstrap = txn_broker.bootstrap
+    bootstrap = any_version_broker.bootstrap
     topic = create_topic(bootstrap, "txn-fenced")
     txn_id = transactional_id("zombie")
     zombie = client.producer(bootstrap, txn_id)

@@ -104,7 +104,9 @@ def transactional_produce(topic_id):
         acks=-1,
         timeout=ms(5000),
         transactional_id=TXN,
-        topic_data=(req(0, v, "TopicProduceData", name=TOPIC, partition_data=(part,)),),
+        topic_data=(
+            req(0, v, "TopicProduceData", name=TOPIC, topic_id=topic_id, partition_data=(part,)),
+        ),
     )
 
 
@@ -820,7 +822,7 @@ async def test_transaction_state_is_readable_with_read_but_never_writable(secure
     assert (await conn.send(fetch)).responses[0].partitions[0].error_code == TOPIC_29
     await broker.create_acls([acl(R.TOPIC, "__transaction_state", Op.ALL)])
     assert (await conn.send(fetch)).responses[0].partitions[0].error_code == ErrorCode.none
-    produce = FACTORIES[0](newest(0), None)
+    produce = FACTORIES[0](12, None)  # the last version naming topics by name
     topic_data = dataclasses.replace(produce.topic_data[0], name="__transaction_state")
     produce = dataclasses.replace(produce, topic_data=(topic_data,))
     code = (await conn.send(produce)).responses[0].partition_responses[0].error_code

@@ -43,7 +43,9 @@ def produce(v, topic_id):
         acks=-1,
         timeout=ms(5000),
         transactional_id=None,
-        topic_data=(_topic_req(0, v, "TopicProduceData", partition_data=(part,)),),
+        topic_data=(  # v13 names the topic by id
+            _topic_req(0, v, "TopicProduceData", topic_id=topic_id, partition_data=(part,)),
+        ),
     )
 
 
@@ -330,7 +332,7 @@ def update_features(v, topic_id):
         v,
         "FeatureUpdateKey",
         feature="transaction.version",
-        max_version_level=1,
+        max_version_level=2,
         allow_downgrade=False,
         upgrade_type=1,
     )

@@ -64,14 +64,15 @@ async def features(conn, v=4):
     return supported, finalized, response.finalized_features_epoch, keys
 
 
-DEFAULTS = {"metadata.version": 30, "transaction.version": 1, "group.version": 1}
+# Kafka 4.x's bootstrap levels: transaction.version 2 (KIP-890's transactions v2) included.
+DEFAULTS = {"metadata.version": 30, "transaction.version": 2, "group.version": 1}
 
 
 async def test_api_versions_shows_kafka_4_3_features(broker_client):
     supported, finalized, epoch, keys = await features(broker_client)
     assert supported == {
         "metadata.version": (30, 30),
-        "transaction.version": (0, 1),
+        "transaction.version": (0, 2),
         "group.version": (0, 1),
     }
     assert finalized == DEFAULTS
@@ -89,7 +90,7 @@ async def test_api_versions_shows_kafka_4_3_features(broker_client):
     [
         (("no.such.feature", 1, UPGRADE), "Local controller {node} does not support this feature."),
         (("no.such.feature", 0, UPGRADE), "Feature no.such.feature not found."),
-        (("transaction.version", 2, UPGRADE), "Local controller {node} only supports versions 0-1"),
+        (("transaction.version", 3, UPGRADE), "Local controller {node} only supports versions 0-2"),
         (
             ("metadata.version", 29, UNSAFE_DOWNGRADE),
             "Local controller {node} only supports versions 30",
@@ -115,7 +116,7 @@ async def test_refused_updates(broker, broker_client, update, reason):
 
 async def test_one_refused_update_fails_them_all(broker_client):
     response = await broker_client.send(
-        update_features(("group.version", 0, SAFE_DOWNGRADE), ("transaction.version", 2, UPGRADE))
+        update_features(("group.version", 0, SAFE_DOWNGRADE), ("transaction.version", 3, UPGRADE))
     )
     assert response.error_code == INVALID
     assert "feature transaction.version" in response.error_message
@@ -139,7 +140,7 @@ async def test_upgrade_and_downgrade_types(broker_client):
     same = await broker_client.send(update_features(("transaction.version", 0, UNSAFE_DOWNGRADE)))
     assert same.error_code == ErrorCode.none
     up = await broker_client.send(
-        update_features(("transaction.version", 1, UPGRADE), ("metadata.version", 30, UPGRADE))
+        update_features(("transaction.version", 2, UPGRADE), ("metadata.version", 30, UPGRADE))
     )
     assert up.error_code == ErrorCode.none
     assert {r.feature for r in up.results} == {"transaction.version", "metadata.version"}

@@ -205,7 +205,7 @@ async def test_unsupported_api_versions_version_gets_error_35_with_ranges(broker
     assert correlation_id == 4242
     assert body.error_code == ErrorCode.unsupported_version
     produce = [k for k in body.api_keys if k.api_key == 0][0]
-    assert (produce.min_version, produce.max_version) == (0, 11)
+    assert (produce.min_version, produce.max_version) == (0, 13)
 
 
 async def test_unsupported_version_of_another_api_closes_only_that_connection(

@@ -27,8 +27,8 @@ TP = (TOPIC, 0)
 
 
 class Producer:
-    def __init__(self, client, pid: int, epoch: int = 0) -> None:
-        self.client, self.pid, self.epoch, self.seq = client, pid, epoch, 0
+    def __init__(self, client, txn: str, pid: int, epoch: int = 0) -> None:
+        self.client, self.txn, self.pid, self.epoch, self.seq = client, txn, pid, epoch, 0
         self.ts = int(time.time() * 1000)
 
     async def send(self, *values: bytes, transactional: bool = True) -> int:
@@ -40,7 +40,7 @@ class Producer:
             base_sequence=self.seq,
             transactional=transactional,
         )
-        txn = "any" if transactional else None  # which id does not matter without an authorizer
+        txn = self.txn if transactional else None
         response = await self.client.send(produce_request(TOPIC, data, transactional_id=txn))
         part = response.responses[0].partition_responses[0]
         assert part.error_code == ErrorCode.none
@@ -68,7 +68,7 @@ async def new_producer(client) -> Producer:
         )
     )
     assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
-    return Producer(client, response.producer_id, response.producer_epoch)
+    return Producer(client, txn, response.producer_id, response.producer_epoch)
 
 
 async def plain(client, *values: bytes, ts: int | None = None) -> int:

@@ -9,8 +9,9 @@ import time
 
 import pytest
 from in_process_broker import running_broker
-from kafka_requests import ms, req
+from kafka_requests import PRODUCE_V, ms, req
 from kio.schema.errors import ErrorCode
+from test_features_api import SAFE_DOWNGRADE, UPGRADE, update_features
 from test_produce_fetch import fetch_request, fetched, produce_request
 
 from broker.apis import transactions
@@ -54,7 +55,12 @@ def add_partitions(txn, pid, epoch, partitions, v=API_SPECS[24].max_version):
     )
 
 
-def end_txn(txn, pid, epoch, commit, v=API_SPECS[26].max_version):
+# The last versions of transaction version 1; TV2_* are KIP-890 part 2's.
+TV1_END_TXN = TV1_TXN_OFFSET_COMMIT = 4
+TV2_END_TXN = TV2_TXN_OFFSET_COMMIT = 5
+
+
+def end_txn(txn, pid, epoch, commit, v=TV1_END_TXN):
     return req(
         26,
         v,
@@ -78,7 +84,7 @@ def add_offsets(txn, pid, epoch, group, v=API_SPECS[25].max_version):
     )
 
 
-def txn_offset_commit(txn, pid, epoch, group, offset, v=API_SPECS[28].max_version):
+def txn_offset_commit(txn, pid, epoch, group, offset, v=TV1_TXN_OFFSET_COMMIT):
     part = req(
         28,
         v,
@@ -125,10 +131,10 @@ def txn_batch(pid, epoch, seq, count=1):
     )
 
 
-async def produce(client, records, partition=0):
-    # Kafka refuses transactional batches without a transactional id (TRANSACTIONAL_ID_
-    # AUTHORIZATION_FAILED); which id does not matter without an authorizer.
-    request = produce_request(TOPIC, records, partition=partition, transactional_id="any")
+async def produce(client, records, partition=0, *, txn, v=PRODUCE_V):
+    """The partition leader checks the batch's partition against the transactional id's
+    transaction (KIP-890): v12+ adds it there, older versions verify it was added."""
+    request = produce_request(TOPIC, records, partition=partition, transactional_id=txn, v=v)
     response = await client.send(request)
     return response.responses[0].partition_responses[0]
 
@@ -162,7 +168,8 @@ async def test_commit_and_abort_write_markers_at_every_end_txn_version(broker, b
     topic = await broker.create_topic(TOPIC, 1, {})
     for commit in (True, False):
         pid, epoch = await begin(broker_client, f"t-{v}-{commit}")
-        assert (await produce(broker_client, txn_batch(pid, epoch, 0, 2))).error_code == 0
+        txn = f"t-{v}-{commit}"
+        assert (await produce(broker_client, txn_batch(pid, epoch, 0, 2), txn=txn)).error_code == 0
         log = broker.replica_manager.log(TOPIC, 0)
         assert log.last_stable_offset < log.high_watermark
         response = await broker_client.send(end_txn(f"t-{v}-{commit}", pid, epoch, commit, v=v))
@@ -190,11 +197,23 @@ async def test_add_partitions_refuses_unknown_partitions_and_stale_epochs(broker
     assert code == (ErrorCode.producer_fenced if v >= 2 else ErrorCode.invalid_producer_epoch)
 
 
+async def finalize_transaction_version(client, level):
+    """What kafka-features.sh sends; a downgrade is a safe one."""
+    update = ("transaction.version", level, UPGRADE if level == 2 else SAFE_DOWNGRADE)
+    assert (await client.send(update_features(update))).error_code == ErrorCode.none
+
+
+@pytest.mark.parametrize("tv", [1, 2])
 @pytest.mark.parametrize("v", versions(22))
-async def test_init_producer_id_fences_and_aborts_the_open_transaction(broker, broker_client, v):
+async def test_init_producer_id_fences_and_aborts_the_open_transaction(
+    broker, broker_client, v, tv
+):
+    """The abort that fences bumps the epoch once under transaction version 1, twice under 2
+    (the fence and the end's own bump, as Kafka); the retried InitProducerId once more."""
+    await finalize_transaction_version(broker_client, tv)
     await broker.create_topic(TOPIC, 1, {})
     pid, epoch = await begin(broker_client, "t")
-    await produce(broker_client, txn_batch(pid, epoch, 0))
+    await produce(broker_client, txn_batch(pid, epoch, 0), txn="t")
     fencing = await broker_client.send(init_producer_id("t", v=v))
     assert fencing.error_code == ErrorCode.concurrent_transactions
     log = broker.replica_manager.log(TOPIC, 0)
@@ -203,9 +222,9 @@ async def test_init_producer_id_fences_and_aborts_the_open_transaction(broker, b
     assert (retried.error_code, retried.producer_id, retried.producer_epoch) == (
         ErrorCode.none,
         pid,
-        epoch + 2,
+        epoch + 1 + tv,
     )
-    stale = await produce(broker_client, txn_batch(pid, epoch, 1))
+    stale = await produce(broker_client, txn_batch(pid, epoch, 1), txn="t")
     assert stale.error_code == ErrorCode.invalid_producer_epoch
 
 
@@ -243,7 +262,7 @@ async def test_add_offsets_needs_the_current_epoch(broker, broker_client, v):
 async def test_list_and_describe_transactions_and_producers(broker, broker_client):
     await broker.create_topic(TOPIC, 2, {})
     pid, epoch = await begin(broker_client, "open", (TOPIC, 0), (TOPIC, 1))
-    await produce(broker_client, txn_batch(pid, epoch, 0, 3), partition=1)
+    await produce(broker_client, txn_batch(pid, epoch, 0, 3), partition=1, txn="open")
     done_pid, done_epoch = await begin(broker_client, "done")
     await broker_client.send(end_txn("done", done_pid, done_epoch, True))
     metrics = broker.metrics.render().decode()
@@ -393,7 +412,7 @@ async def test_write_txn_markers_aborts_a_hanging_transaction(broker, broker_cli
     markers have no transaction version (v2's default 0: the records' epoch will do)."""
     await broker.create_topic(TOPIC, 1, {})
     pid, epoch = await begin(broker_client, "hanging")
-    await produce(broker_client, txn_batch(pid, epoch, 0, 2))
+    await produce(broker_client, txn_batch(pid, epoch, 0, 2), txn="hanging")
     log = broker.replica_manager.log(TOPIC, 0)
     assert log.last_stable_offset == 0
     codes = await write_marker(broker_client, pid, epoch, (0, 3), v=v)
@@ -410,7 +429,7 @@ async def test_a_transaction_version_2_marker_must_be_above_the_partitions_epoch
     group's partition of __consumer_offsets alike; nothing is written."""
     await broker.create_topic(TOPIC, 1, {})
     pid, epoch = await begin(broker_client, "tv2")
-    await produce(broker_client, txn_batch(pid, epoch, 0, 2))
+    await produce(broker_client, txn_batch(pid, epoch, 0, 2), txn="tv2")
     assert (await broker_client.send(add_offsets("tv2", pid, epoch, "g"))).error_code == 0
     committed = await broker_client.send(txn_offset_commit("tv2", pid, epoch, "g", 42))
     assert committed.topics[0].partitions[0].error_code == ErrorCode.none
@@ -443,12 +462,36 @@ async def test_a_transaction_version_2_marker_must_be_above_the_partitions_epoch
     assert await committed_offset() == 42
 
 
-async def test_transactional_produce_needs_the_partition_in_the_transaction(broker, broker_client):
+@pytest.mark.parametrize("v", range(3, 12))
+async def test_transactional_produce_needs_the_partition_in_the_transaction(
+    broker, broker_client, v
+):
+    """KIP-890 part 1: a transaction version 1 Produce is verified with the coordinator;
+    v11 clients know TRANSACTION_ABORTABLE, older ones get INVALID_TXN_STATE."""
     await broker.create_topic(TOPIC, 2, {})
     pid, epoch = await begin(broker_client, "t", (TOPIC, 0))
-    unadded = await produce(broker_client, txn_batch(pid, epoch, 0), partition=1)
-    assert unadded.error_code == ErrorCode.invalid_txn_state
+    unadded = await produce(broker_client, txn_batch(pid, epoch, 0), partition=1, txn="t", v=v)
+    expected = ErrorCode.transaction_abortable if v >= 11 else ErrorCode.invalid_txn_state
+    assert unadded.error_code == expected
+    if v >= 8:  # error messages came with v8 (KIP-467)
+        assert unadded.error_message == "Partition was not added to the transaction"
     assert broker.replica_manager.log(TOPIC, 1).log_end_offset == 0
+    # Another transactional id's producer, or an older epoch, is no member of it.
+    other = await produce(broker_client, txn_batch(pid, epoch, 0), txn="other", v=v)
+    assert other.error_code == ErrorCode.invalid_producer_id_mapping
+    await broker_client.send(init_producer_id("t"))  # fences epoch 0
+    stale = await produce(broker_client, txn_batch(pid, epoch, 0), txn="t", v=v)
+    assert stale.error_code == ErrorCode.invalid_producer_epoch
+    assert broker.replica_manager.log(TOPIC, 0).log_end_offset == 1  # the fence's marker
+
+
+async def test_partition_verification_can_be_turned_off(tmp_path):
+    overrides = {"transaction.partition.verification.enable": "false"}
+    async with running_broker(tmp_path / "logs", **overrides) as (broker, client):
+        await broker.create_topic(TOPIC, 1, {})
+        init = await client.send(init_producer_id("t"))
+        batch = txn_batch(init.producer_id, init.producer_epoch, 0)
+        assert (await produce(client, batch, txn="t")).error_code == ErrorCode.none
 
 
 async def test_state_survives_a_restart_and_a_timed_out_transaction_is_aborted(tmp_path):
@@ -456,14 +499,15 @@ async def test_state_survives_a_restart_and_a_timed_out_transaction_is_aborted(t
     async with running_broker(tmp_path / "logs", **overrides) as (broker, client):
         await broker.create_topic(TOPIC, 1, {})
         pid, epoch = await begin(client, "t", timeout_ms=1)
-        await produce(client, txn_batch(pid, epoch, 0))
+        await produce(client, txn_batch(pid, epoch, 0), txn="t")
     async with running_broker(tmp_path / "logs", **overrides) as (broker, client):
         meta = broker.transaction_coordinator.transactions["t"]
         assert (meta.producer_id, meta.state.display_name) == (pid, "Ongoing")
         log = broker.replica_manager.log(TOPIC, 0)
         assert log.last_stable_offset == 0
         broker.transaction_runtime.abort_timed_out(int(time.time() * 1000))
-        assert broker.transaction_coordinator.transactions["t"].producer_epoch == epoch + 1
+        # Transaction version 2 (the default) bumps twice: the fence and the end's own bump.
+        assert broker.transaction_coordinator.transactions["t"].producer_epoch == epoch + 2
         assert log.last_stable_offset == log.high_watermark
         fenced = await client.send(end_txn("t", pid, epoch, True))
         assert fenced.error_code == ErrorCode.producer_fenced

@@ -39,7 +39,7 @@ async def prepare(client, txn, records=2):
     pid, epoch = init.producer_id, init.producer_epoch
     added = await client.send(add_partitions(txn, pid, epoch, [(TOPIC, 0)]))
     assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
-    assert (await produce(client, txn_batch(pid, epoch, 0, records))).error_code == 0
+    assert (await produce(client, txn_batch(pid, epoch, 0, records), txn=txn)).error_code == 0
     return pid, epoch
 
 
@@ -76,12 +76,12 @@ async def test_a_new_process_keeps_the_prepared_transaction_and_ends_it(enabled,
     assert log.last_stable_offset == log.high_watermark == 3  # two records and the marker
     assert await transaction_state(client, "t") == ("CompleteCommit" if commit else "CompleteAbort")
     # The marker fenced the process that prepared it; the new one goes on with its own epoch.
-    assert (await produce(client, txn_batch(pid, epoch, 2))).error_code == (
+    assert (await produce(client, txn_batch(pid, epoch, 2), txn="t")).error_code == (
         ErrorCode.invalid_producer_epoch
     )
     new = (kept.producer_id, kept.producer_epoch)
     await client.send(add_partitions("t", *new, [(TOPIC, 0)]))
-    assert (await produce(client, txn_batch(*new, 0))).error_code == ErrorCode.none
+    assert (await produce(client, txn_batch(*new, 0), txn="t")).error_code == ErrorCode.none
 
 
 async def test_keep_prepared_txn_without_a_transaction_answers_no_ongoing_one(enabled):

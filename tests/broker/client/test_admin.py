@@ -60,7 +60,14 @@ def raises(code: ErrorCode):
     return Check()
 
 
-async def produce(conn: BrokerConnection, topic: str, count: int, partition: int = 0, **batch):
+async def produce(
+    conn: BrokerConnection,
+    topic: str,
+    count: int,
+    partition: int = 0,
+    transactional_id: str | None = None,
+    **batch,
+):
     now = int(time.time() * 1000)
     records = build_batch([(None, b"v%d" % i, [], now) for i in range(count)], **batch)
     part = req(0, 11, "PartitionProduceData", index=partition, records=records)
@@ -71,7 +78,7 @@ async def produce(conn: BrokerConnection, topic: str, count: int, partition: int
             "ProduceRequest",
             acks=-1,
             timeout=ms(5000),
-            transactional_id="any" if batch.get("transactional") else None,
+            transactional_id=transactional_id,
             topic_data=(req(0, 11, "TopicProduceData", name=topic, partition_data=(part,)),),
         )
     )
@@ -543,6 +550,7 @@ async def test_transactions_producers_and_abort(cluster):
         producer_epoch=epoch,
         base_sequence=0,
         transactional=True,
+        transactional_id="payer",
     )
 
     (listed,) = await admin.list_transactions()

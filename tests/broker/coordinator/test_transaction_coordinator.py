@@ -59,8 +59,22 @@ class Harness:
         return self.apply(self.coordinator.add_partitions(txn, pid, epoch, partitions, now_ms))
 
     def end(self, txn, pid, epoch, commit, now_ms=T0, *, complete=True):
+        return self.end_v(txn, pid, epoch, commit, now_ms, complete=complete).error
+
+    def end_v(self, txn, pid, epoch, commit, now_ms=T0, *, complete=True, version=0):
+        """The whole EndTxn answer; `version` 2 is EndTxn v5 (KIP-890 part 2)."""
+        self.next_pid += 1
         return self.apply(
-            self.coordinator.end_transaction(txn, pid, epoch, commit, now_ms), complete=complete
+            self.coordinator.end_transaction(
+                txn,
+                pid,
+                epoch,
+                commit,
+                now_ms,
+                transaction_version=version,
+                fresh_producer_id=self.next_pid,
+            ),
+            complete=complete,
         )
 
     def state(self, txn="t"):
@@ -186,15 +200,15 @@ def test_verify_partition_for_transactional_produce():
     h = Harness()
     p = h.init()
     pid = p.producer_id
-    assert h.coordinator.verify_partition(pid, 0, ("a", 0)) is ErrorCode.invalid_txn_state
+    verify = h.coordinator.verify_partition
+    assert verify("t", pid, 0, ("a", 0)) is ErrorCode.transaction_abortable
     h.add("t", pid, 0, ("a", 0))
-    assert h.coordinator.verify_partition(pid, 0, ("a", 0)) is ErrorCode.none
-    assert h.coordinator.verify_partition(pid, 0, ("a", 1)) is ErrorCode.invalid_txn_state
-    assert h.coordinator.verify_partition(pid + 1, 0, ("a", 0)) is (
-        ErrorCode.invalid_producer_id_mapping
-    )
+    assert verify("t", pid, 0, ("a", 0)) is ErrorCode.none
+    assert verify("t", pid, 0, ("a", 1)) is ErrorCode.transaction_abortable
+    assert verify("t", pid + 1, 0, ("a", 0)) is ErrorCode.invalid_producer_id_mapping
+    assert verify("other", pid, 0, ("a", 0)) is ErrorCode.invalid_producer_id_mapping
     h.init()  # fences epoch 0
-    assert h.coordinator.verify_partition(pid, 0, ("a", 0)) is ErrorCode.invalid_producer_epoch
+    assert verify("t", pid, 0, ("a", 0)) is ErrorCode.producer_fenced
 
 
 def test_idle_ids_expire_but_open_transactions_do_not():

@@ -78,8 +78,8 @@ def test_the_new_process_ends_the_transaction_and_the_markers_fence_the_old(comm
     # A retried EndTxn is answered as before; the next transaction is the new process's.
     assert h.end("t", kept.producer_id, kept.producer_epoch, commit) is ErrorCode.none
     assert h.add("t", kept.producer_id, kept.producer_epoch, ("a", 0)) is ErrorCode.none
-    assert h.coordinator.verify_partition(p.producer_id, 0, ("a", 0)) is (
-        ErrorCode.invalid_producer_epoch
+    assert h.coordinator.verify_partition("t", p.producer_id, 0, ("a", 0)) is (
+        ErrorCode.producer_fenced
     )
 
 
@@ -89,9 +89,12 @@ def test_the_new_process_may_only_end_the_transaction():
     kept = h.init(**KEEP)
     new_identity = (kept.producer_id, kept.producer_epoch)
     assert h.add("t", *new_identity, ("a", 1)) is ErrorCode.invalid_txn_state
-    assert h.coordinator.verify_partition(*new_identity, ("a", 0)) is ErrorCode.invalid_txn_state
+    # The new process may only end the transaction: its epoch is not the transaction's.
+    assert h.coordinator.verify_partition("t", *new_identity, ("a", 0)) is (
+        ErrorCode.producer_fenced
+    )
     # Until the markers, the old process still writes into its transaction (as in Kafka).
-    assert h.coordinator.verify_partition(p.producer_id, 0, ("a", 0)) is ErrorCode.none
+    assert h.coordinator.verify_partition("t", p.producer_id, 0, ("a", 0)) is ErrorCode.none
 
 
 def test_a_second_take_over_fences_the_first():
