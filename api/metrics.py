@@ -28,6 +28,9 @@ MAX_TRANSACTIONS = 50
 # Bounds what one snapshot stores (it is kept every second for the retention period).
 MAX_PARTITIONS = 2000
 
+# Quota entities a snapshot shows, the most throttled first (all are counted for the rates).
+MAX_QUOTA_ENTITIES = 100
+
 # Counters whose rates the dashboard shows: in is what producers send, out what fetchers get.
 BYTES_IN_API, BYTES_OUT_API = "Produce", "Fetch"
 
@@ -44,6 +47,8 @@ SCALAR_FIELDS = (
     "bytes_out_per_second",
     "requests_per_second",
     "partitions_behind",
+    "quota_throttle_time_ms_per_second",
+    "connections_throttled_per_second",
 )
 
 
@@ -106,6 +111,92 @@ def _partitions(samples: dict[str, list[tuple[dict[str, str], float]]]) -> list[
     return ordered
 
 
+def _quotas(
+    samples: dict[str, list[tuple[dict[str, str], float]]],
+    previous: list[list] | None,
+    elapsed: float | None,
+) -> tuple[list[dict[str, Any]], list[list]]:
+    """Per quota type and entity (the broker's metric tags, user and client_id, "" where the
+    quota is shared): throttle time per second, throttled responses per second and their mean
+    throttle over the interval, and the measured rate against the limit. Also the counters
+    the next snapshot's rates need, as [quota_type, user, client_id, throttle_ms, throttled]
+    rows: entity names may hold any character, so they are not joined into dict keys."""
+
+    def key(labels: dict[str, str]) -> tuple[str, str, str]:
+        return labels.get("quota_type", ""), labels.get("user", ""), labels.get("client_id", "")
+
+    def by_entity(name: str) -> dict[tuple[str, str, str], float]:
+        return {key(labels): value for labels, value in samples.get(name, [])}
+
+    throttle_ms = by_entity("fjord_quota_throttle_time_ms_total")
+    throttled = by_entity("fjord_quota_throttled_total")
+    rates, limits = by_entity("fjord_quota_rate"), by_entity("fjord_quota_limit")
+    before = {tuple(row[:3]): row[3:] for row in previous or ()}
+    rows = []
+    for entity in sorted(rates.keys() | throttle_ms.keys()):
+        quota_type, user, client_id = entity
+        # An entity first seen now had zero counters at the previous snapshot.
+        prev_ms, prev_count = (
+            before.get(entity, (0.0, 0.0)) if previous is not None else (None,) * 2
+        )
+        ms, count = throttle_ms.get(entity, 0.0), throttled.get(entity, 0.0)
+        ms_rate, count_rate = _rate(ms, prev_ms, elapsed), _rate(count, prev_count, elapsed)
+        limit = limits.get(entity)
+        rate = rates.get(entity, 0.0)
+        rows.append(
+            {
+                "quota_type": quota_type,
+                "user": user,
+                "client_id": client_id,
+                "throttle_time_ms_per_second": ms_rate,
+                "throttled_per_second": count_rate,
+                # The mean throttle of the responses throttled since the previous snapshot.
+                "mean_throttle_ms": ms_rate / count_rate if count_rate else None,
+                "throttle_time_ms_total": int(ms),
+                "throttled_total": int(count),
+                "rate": rate,
+                "limit": limit,
+                "usage": rate / limit if limit else None,
+            }
+        )
+    rows.sort(key=lambda r: (-(r["throttle_time_ms_per_second"] or 0.0), -(r["usage"] or 0.0)))
+    counters = [
+        [*entity, throttle_ms.get(entity, 0.0), throttled.get(entity, 0.0)]
+        for entity in sorted(throttle_ms.keys() | throttled.keys())
+    ]
+    return rows, counters
+
+
+def _connections_throttled(
+    samples: dict[str, list[tuple[dict[str, str], float]]],
+    previous: dict[str, float] | None,
+    elapsed: float | None,
+) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """Connections closed per ip for its connection_creation_rate: totals and per second;
+    and the counters by ip."""
+    counters = {
+        labels["ip"]: value
+        for labels, value in samples.get("fjord_connection_creation_throttled_total", [])
+        if "ip" in labels
+    }
+    rows = [
+        {
+            "ip": ip,
+            "throttled_total": int(count),
+            "throttled_per_second": _rate(
+                count, None if previous is None else previous.get(ip, 0.0), elapsed
+            ),
+        }
+        for ip, count in sorted(counters.items())
+    ]
+    return rows, counters
+
+
+def _total(rates: list[float | None], previous: Any) -> float | None:
+    """The sum of per-entity rates; None when any is unknown or nothing to compare with."""
+    return sum(rates) if previous and None not in rates else None
+
+
 def summarize(
     families: Iterable[Metric],
     previous: dict[str, Any] | None = None,
@@ -148,6 +239,10 @@ def summarize(
 
     rates = [r["requests_per_second"] for r in per_api.values()]
     partitions = _partitions(samples)
+    quotas, quota_counters = _quotas(samples, prev.get("quota_throttle"), elapsed)
+    connections, connection_counters = _connections_throttled(
+        samples, prev.get("connections_throttled"), elapsed
+    )
     return {
         "broker": "up",
         "partitions": partitions,
@@ -178,6 +273,14 @@ def summarize(
         ),
         "requests_per_second": sum(rates) if prev and None not in rates else None,
         "requests": per_api,
+        "quotas": quotas[:MAX_QUOTA_ENTITIES],
+        "quota_throttle_time_ms_per_second": _total(
+            [q["throttle_time_ms_per_second"] for q in quotas], prev
+        ),
+        "connections_throttled": connections,
+        "connections_throttled_per_second": _total(
+            [c["throttled_per_second"] for c in connections], prev
+        ),
         "counters": {
             "requests": requests,
             "request_bytes": request_bytes,
@@ -185,6 +288,8 @@ def summarize(
             "latency_sum": latency_sum,
             "latency_count": latency_count,
             "fetch_session_evictions": evictions,
+            "quota_throttle": quota_counters,
+            "connections_throttled": connection_counters,
         },
     }
 

@@ -94,7 +94,15 @@ def sample() -> dict[str, Any]:
 # Past this age a sample keeps only its scalar values: the history charts need nothing else,
 # and per-partition offsets and per-API figures would make up most of a day's rows.
 FULL_SAMPLE_SECONDS = 600
-DETAIL_KEYS = ("partitions", "transactions", "requests", "counters", "pipelines")
+DETAIL_KEYS = (
+    "partitions",
+    "transactions",
+    "requests",
+    "counters",
+    "pipelines",
+    "quotas",
+    "connections_throttled",
+)
 
 
 def prune() -> int:

@@ -24,6 +24,11 @@ router.register("transactions", transactions.TransactionViewSet, basename="trans
 router.register("users", users.ScramUserViewSet, basename="user")
 router.register("audit", audit.AuditEntryViewSet, basename="audit")
 # --- end security ---
+# --- quotas (owner: quotas) ---
+from api.views import quotas  # noqa: E402
+
+router.register("quotas", quotas.QuotaViewSet, basename="quota")
+# --- end quotas ---
 # --- metrics (owner: dashboards) ---
 from api.views import metrics  # noqa: E402
 

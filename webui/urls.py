@@ -9,6 +9,7 @@ from webui.views import (  # one module per console section (topics, security, j
     home,
     jobs,
     pipelines,
+    quotas,
     topics,
     transactions,
     users,
@@ -61,6 +62,11 @@ urlpatterns = [
     path("users/<kafka_id:name>/delete/", users.user_delete, name="user-delete"),
     path("audit/", audit.audit_list, name="audit-list"),
     # --- end security ---
+    # --- quotas (owner: quotas) ---
+    path("quotas/", quotas.quota_list, name="quota-list"),
+    path("quotas/set/", quotas.quota_set, name="quota-set"),
+    path("quotas/delete/", quotas.quota_delete, name="quota-delete"),
+    # --- end quotas ---
     # --- dashboards (owner: dashboards) ---
     # --- end dashboards ---
     # --- jobs (owner: jobs) ---

@@ -53,6 +53,38 @@ class ApiRequestsSerializer(serializers.Serializer):
     bytes_out_per_second = serializers.FloatField(allow_null=True)
 
 
+class QuotaThrottleSerializer(serializers.Serializer):
+    """One quota type of one entity, by the broker's metric tags: user and client_id are ""
+    where the quota is shared (a user's quota covers all of its client ids)."""
+
+    quota_type = serializers.ChoiceField(["produce", "fetch", "request", "controller_mutation"])
+    user = serializers.CharField(allow_blank=True)
+    client_id = serializers.CharField(allow_blank=True)
+    throttle_time_ms_per_second = serializers.FloatField(
+        allow_null=True, help_text="Throttle time given to its responses, per second."
+    )
+    throttled_per_second = serializers.FloatField(
+        allow_null=True, help_text="Throttled responses per second."
+    )
+    mean_throttle_ms = serializers.FloatField(
+        allow_null=True,
+        help_text="Mean throttle of its responses throttled since the previous sample.",
+    )
+    throttle_time_ms_total = serializers.IntegerField()
+    throttled_total = serializers.IntegerField()
+    rate = serializers.FloatField(
+        help_text="Measured usage: bytes/s (produce, fetch), percent (request), mutations/s."
+    )
+    limit = serializers.FloatField(allow_null=True, help_text="Its quota; null when unlimited.")
+    usage = serializers.FloatField(allow_null=True, help_text="rate / limit")
+
+
+class ConnectionsThrottledSerializer(serializers.Serializer):
+    ip = serializers.CharField()
+    throttled_total = serializers.IntegerField()
+    throttled_per_second = serializers.FloatField(allow_null=True)
+
+
 def _number(help_text: str) -> serializers.FloatField:
     return serializers.FloatField(allow_null=True, required=False, help_text=help_text)
 
@@ -81,6 +113,14 @@ class MetricSnapshotSerializer(serializers.Serializer):
     requests_per_second = _number("Requests per second, all APIs.")
     partitions_behind = _number("Partitions whose last stable offset is below the high watermark.")
     requests = serializers.DictField(child=ApiRequestsSerializer(), required=False)
+    quotas = QuotaThrottleSerializer(
+        many=True, required=False, help_text="The most throttled quota entities first."
+    )
+    quota_throttle_time_ms_per_second = _number("Throttle time given, all entities, per second.")
+    connections_throttled = ConnectionsThrottledSerializer(many=True, required=False)
+    connections_throttled_per_second = _number(
+        "Connections closed per second for their ip's connection_creation_rate."
+    )
 
 
 class HistoryQuerySerializer(serializers.Serializer):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import NamedTuple
@@ -393,3 +393,65 @@ class OffsetAndTimestamp:
 
 
 __all__ += ["OffsetAndTimestamp"]
+
+
+@dataclass(frozen=True)
+class ClientQuotaEntity:
+    """Whom a quota applies to (Kafka's ClientQuotaEntity): entity type ("user", "client-id",
+    "ip") -> name, a None name being that type's default entity. Kafka allows a user, a client
+    id, both, or an ip alone. Hashed by its mapping, so a describe answers a dict keyed by it."""
+
+    USER = "user"
+    CLIENT_ID = "client-id"
+    IP = "ip"
+
+    entries: Mapping[str, str | None]
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self.entries.items()))
+
+
+class ClientQuotaMatchType(IntEnum):
+    """The wire codes of DescribeClientQuotas' match_type."""
+
+    EXACT = 0  # the entity of that name
+    DEFAULT = 1  # the type's default entity
+    SPECIFIED = 2  # any entity having that type, default or named
+
+
+@dataclass(frozen=True)
+class ClientQuotaFilterComponent:
+    """One entity type's part of a describe filter (Kafka's ClientQuotaFilterComponent)."""
+
+    entity_type: str
+    match_type: ClientQuotaMatchType
+    match: str | None = None
+
+    @classmethod
+    def of_entity(cls, entity_type: str, name: str) -> ClientQuotaFilterComponent:
+        return cls(entity_type, ClientQuotaMatchType.EXACT, name)
+
+    @classmethod
+    def of_default_entity(cls, entity_type: str) -> ClientQuotaFilterComponent:
+        return cls(entity_type, ClientQuotaMatchType.DEFAULT)
+
+    @classmethod
+    def of_entity_type(cls, entity_type: str) -> ClientQuotaFilterComponent:
+        return cls(entity_type, ClientQuotaMatchType.SPECIFIED)
+
+
+@dataclass(frozen=True)
+class ClientQuotaAlteration:
+    """Changes to one entity's quotas (Kafka's ClientQuotaAlteration): key -> the value to set,
+    or None to remove the key; keys left out keep their values."""
+
+    entity: ClientQuotaEntity
+    ops: Mapping[str, float | None]
+
+
+__all__ += [
+    "ClientQuotaAlteration",
+    "ClientQuotaEntity",
+    "ClientQuotaFilterComponent",
+    "ClientQuotaMatchType",
+]

@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient as ConfluentAdmin
 from django.contrib.auth.models import Group, User
 from django.db import connection
 from django.test import Client
+from quotas_support import remove_every_quota
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -60,6 +61,14 @@ def broker_settings(settings, control_broker):
     kafka.reset()
     yield control_broker
     kafka.reset()
+
+
+@pytest.fixture
+def clean_quotas(broker_settings):
+    """broker_settings, and every client quota removed after the test: a default entity's
+    quota would apply to the other tests' clients."""
+    yield broker_settings
+    kafka.call(remove_every_quota)
 
 
 @pytest.fixture(scope="module")

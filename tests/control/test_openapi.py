@@ -73,6 +73,10 @@ def fuzzed_settings(settings, fuzzed_broker, tmp_path):
 # ones (0, negative, not numbers) still reach the API, huge ones are refused by the
 # serializers' int32 bounds (test_topics_rest.py) and by the broker (test_partition_budget.py).
 MAX_GENERATED_PARTITIONS = 64
+# A small client quota on a default entity would throttle every later request of the run, the
+# control plane's own included; positive quotas are raised above this (the broker's refusals
+# of bad values are tested in test_quotas_rest.py).
+MIN_GENERATED_QUOTA = 10**9
 
 
 @schemathesis.hook
@@ -82,6 +86,11 @@ def map_body(ctx, body):
             value = body.get(field)
             if isinstance(value, int) and not isinstance(value, bool):
                 body[field] = min(value, MAX_GENERATED_PARTITIONS)
+        quotas = body.get("quotas")
+        if isinstance(quotas, dict):
+            for key, value in quotas.items():
+                if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+                    quotas[key] = max(value, MIN_GENERATED_QUOTA)
     return body
 
 

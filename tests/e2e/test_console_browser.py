@@ -140,3 +140,32 @@ def test_create_start_watch_and_stop_a_pipeline(page, platform, screenshot):
     page.reload()
     expect(page.get_by_role("button", name="Start")).to_be_visible()
     screenshot("09-pipeline-stopped")
+
+
+def test_a_quota_set_in_the_console_throttles_on_the_dashboard(page, platform, screenshot):
+    topic, client_id = "browser-quota", "browser-slow-client"
+    admin = AdminClient({"bootstrap.servers": platform.bootstrap})
+    admin.create_topics([NewTopic(topic, 1)])[topic].result(30)
+    log_in(page, platform)
+    page.get_by_role("link", name="Quotas", exact=True).click()
+    page.get_by_role("link", name="Set quotas").click()
+    page.fill("#id_client_id", client_id)
+    page.fill("#id_producer_byte_rate", "1024")
+    page.get_by_role("button", name="Save quotas").click()
+    expect(page.get_by_role("cell", name=f"client id {client_id}")).to_be_visible()
+    screenshot("10-quota-set")
+
+    page.get_by_role("link", name="Dashboard").click()
+    # 20 kB in one request: twice the quota over Kafka's shortest quota window (10 s).
+    producer = Producer(
+        {"bootstrap.servers": platform.bootstrap, "client.id": client_id, "linger.ms": 200}
+    )
+    for _ in range(20):
+        producer.produce(topic, b"x" * 1000)
+    producer.flush(30)
+
+    # Not reloaded: the websocket's samples fill the quota table.
+    row = page.locator("#quota-throttling tr.throttled", has_text=client_id)
+    expect(row.locator(".quota-type")).to_have_text("produce")
+    expect(row.locator(".limit")).to_have_text("1.0 KiB/s")
+    screenshot("11-dashboard-quota-throttling")

@@ -197,6 +197,36 @@
     if (!apis.length) body.innerHTML = '<tr class="empty"><td colspan="6">No requests sampled yet.</td></tr>';
   }
 
+  /* A quota's measured rate in its own unit. */
+  const QUOTA_UNITS = {
+    produce: (v) => formatBytes(v) + "/s",
+    fetch: (v) => formatBytes(v) + "/s",
+    request: (v) => formatNumber(v) + " %",
+    controller_mutation: (v) => formatNumber(v) + "/s",
+  };
+
+  function updateQuotas(quotas) {
+    const body = document.querySelector("#quota-throttling tbody");
+    body.textContent = "";
+    for (const q of quotas) {
+      const unit = QUOTA_UNITS[q.quota_type] || formatNumber;
+      const row = document.createElement("tr");
+      row.dataset.quotaType = q.quota_type;
+      if (q.throttled_per_second) row.className = "throttled";
+      const entity = [q.user && "user " + q.user, q.client_id && "client id " + q.client_id];
+      cell(row, "id", entity.filter(Boolean).join(" · "));
+      cell(row, "quota-type", q.quota_type);
+      cell(row, "throttle", formatNumber(q.throttle_time_ms_per_second));
+      cell(row, "mean-throttle", q.mean_throttle_ms === null ? "–" : q.mean_throttle_ms.toFixed(1) + " ms");
+      cell(row, "throttled", formatNumber(q.throttled_per_second));
+      cell(row, "rate", unit(q.rate));
+      cell(row, "limit", q.limit === null ? "none" : unit(q.limit));
+      cell(row, "usage", q.usage === null ? "–" : (100 * q.usage).toFixed(0) + " %");
+      body.appendChild(row);
+    }
+    if (!quotas.length) body.innerHTML = '<tr class="empty"><td colspan="8">No client has used a quota yet.</td></tr>';
+  }
+
   function show(data) {
     const status = document.getElementById("broker-status");
     const up = data.broker === "up";
@@ -212,6 +242,7 @@
     updateOffsetsChart(data.partitions || []);
     updateTransactions(data.transactions || []);
     updateRequests(data.requests || {});
+    updateQuotas(data.quotas || []);
     const time = Date.parse(data.taken_at);
     for (const chart of Object.values(lines)) chart.push(time, data);
   }
