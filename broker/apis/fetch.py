@@ -286,7 +286,10 @@ def _read(broker, ctx: RequestContext, request, wanted, read_committed: bool):
     """Per partition of `wanted`, in order: (name, topic id, PartitionData); the bytes read and
     whether any partition failed."""
     rm = broker.replica_manager
-    budget = FetchBudget(request.max_bytes)
+    quota_bytes = broker.quotas.fetch_max_bytes(ctx.user, ctx.client_id or "")
+    budget = FetchBudget(
+        request.max_bytes if quota_bytes is None else min(request.max_bytes, quota_bytes)
+    )
     failed = False
     reads = []
     readable = readable_topics(broker, ctx, request, {name for name, _, _ in wanted})

@@ -267,6 +267,17 @@ class BrokerQuotas:
         manager.throttled(tags, throttle)
         return throttle
 
+    def fetch_max_bytes(self, user: str, client_id: str) -> int | None:
+        """Kafka's getMaxValueInQuotaWindow: a consumer fetches at most what its quota allows
+        in the measured span, so that no single response earns a throttle longer than that
+        span (None: no limit)."""
+        if not self.configs.enabled(CONSUMER_BYTE_RATE):
+            return None
+        _, limit = self.configs.resolve(CONSUMER_BYTE_RATE, user, client_id)
+        if limit is None:
+            return None
+        return int(limit * (self.fetch.samples - 1) * self.fetch.window_ms / 1000)
+
     def samples_now(self, now_ms: int) -> Iterator[UsageSample]:
         for manager in (self.produce, self.fetch, self.request, self.controller_mutation):
             yield from manager.samples_now(now_ms)

@@ -9,11 +9,12 @@ from in_process_broker import running_broker
 from kafka_requests import ms, req
 from kio.schema.alter_client_quotas.v1 import request as alter_v1
 from kio.schema.errors import ErrorCode
-from test_api_versions_sweep import TOPIC, produce
+from test_api_versions_sweep import TOPIC, fetch, produce
 
 from broker.client.connection import BrokerConnection
 from broker.quota.client_quotas import ClientQuotaEntity, ClientQuotas
 from broker.quota.rate import Rate, TokenBucket
+from broker.records.batch import iter_batches
 
 P = "producer_byte_rate"
 
@@ -168,3 +169,23 @@ async def test_connections_over_their_address_rate_are_closed(tmp_path):
         finally:
             for _, writer in opened:
                 writer.close()
+
+
+async def test_a_consumer_fetches_no_more_than_its_quota_allows_in_the_window(tmp_path):
+    async with running_broker(tmp_path, quota_window_num="2") as (broker, client):
+        await client.send(_create(7, (TOPIC, 1)))
+        for _ in range(5):
+            await client.send(produce(11, None))
+        # 10 bytes a second over one window: less than a batch, and the first batch of a
+        # fetch is always returned whole.
+        await _set(client, {"client-id": "capped"}, "consumer_byte_rate", 10.0)
+        host, port = broker.bound["PLAINTEXT"]
+        capped = await BrokerConnection.open(host, port, client_id="capped")
+        try:
+            answers = [await c.send(fetch(12, None)) for c in (client, capped)]
+        finally:
+            await capped.close()
+        whole, part = (bytes(a.responses[0].partitions[0].records) for a in answers)
+        assert len(list(iter_batches(whole))) == 5
+        assert len(list(iter_batches(part))) == 1
+        assert answers[1].throttle_time.total_seconds() > 0
