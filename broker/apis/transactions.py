@@ -10,7 +10,6 @@ transactional ids the principal may DESCRIBE, DescribeProducers needs READ on th
 
 from __future__ import annotations
 
-import re
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -20,6 +19,7 @@ from broker.apis.auth_helper import authorize_cluster, filter_authorized
 from broker.apis.base import NO_THROTTLE, ApiSpec, RequestContext
 from broker.coordinator.transaction_coordinator import NO_PRODUCER_ID, EndTxnResponse
 from broker.coordinator.transaction_records import TransactionState
+from broker.regex import InvalidRegex, compile_regex
 from broker.security.operations import AclOperation, ResourceType
 from broker.storage.producer_state import ProducerStateError
 
@@ -347,11 +347,11 @@ def handle_list_transactions(broker, ctx: RequestContext, request) -> object:
     # transaction (start -1) passes any duration.
     min_duration_ms = getattr(request, "duration_filter", -1)
     # v2 (KIP-1152): only transactional ids the whole of which the pattern matches (null or
-    # empty: all). Kafka compiles it with RE2/J; Python's syntax agrees for the usual cases.
+    # empty: all), compiled with RE2 as Kafka's RE2/J.
     pattern = getattr(request, "transactional_id_pattern", None)
     try:
-        matcher = re.compile(pattern).fullmatch if pattern else None
-    except re.error:
+        matcher = compile_regex(pattern).fullmatch if pattern else None
+    except InvalidRegex:
         # Kafka's InvalidRegularExpression, answered as its error response: nothing listed.
         return ctx.response(
             "ListTransactionsResponse",

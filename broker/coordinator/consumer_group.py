@@ -28,12 +28,10 @@ rebalance timeouts are transient timers re-armed by `on_loaded` after a restart.
 from __future__ import annotations
 
 import base64
-import re
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -68,6 +66,7 @@ from broker.coordinator.records import (
 from broker.coordinator.records import TopicMetadata as SubscribedTopic
 from broker.coordinator.runtime import Record, Result, Timer
 from broker.metadata.image import MetadataImage
+from broker.regex import InvalidRegex, compile_regex
 
 if TYPE_CHECKING:
     from broker.coordinator.migration import OnlineMigration
@@ -327,12 +326,11 @@ class ConsumerGroup:
             del self.static_members[member.instance_id]
 
 
-@lru_cache(maxsize=256)
-def compile_regex(regex: str) -> re.Pattern[str]:
+def compile_subscription(regex: str):
     """A subscription regex; Kafka's are RE2/J, matched against the whole topic name."""
     try:
-        return re.compile(regex)
-    except re.error as e:
+        return compile_regex(regex)
+    except InvalidRegex as e:
         raise GroupError(
             ErrorCode.invalid_regular_expression,
             f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {e}.",
@@ -526,7 +524,7 @@ class ConsumerGroupManager:
         if metadata != member.metadata:
             records.append(_member_metadata_record(group_id, updated))
             if metadata.subscribed_topic_regex:
-                compile_regex(metadata.subscribed_topic_regex)  # refuse an invalid one
+                compile_subscription(metadata.subscribed_topic_regex)  # refuse an invalid one
             bump |= (metadata.subscribed_topic_names, metadata.subscribed_topic_regex) != (
                 member.metadata.subscribed_topic_names,
                 member.metadata.subscribed_topic_regex,
@@ -591,7 +589,7 @@ class ConsumerGroupManager:
                 records.append(_regex_tombstone(group_id, old))
                 resolved.pop(old, None)
             if new and counts[new] == 0:
-                require_refresh = True  # compile_regex validated it
+                require_refresh = True  # compile_subscription validated it
             changed = bool(old)  # the old regex's topics leave the subscription
         if describable is None or (not require_refresh and not counts):
             # None: whoever calls cannot authorize for the member, so it resolves nothing.
@@ -623,7 +621,7 @@ class ConsumerGroupManager:
         """Kafka's TopicRegexResolver: the topics each regex matches in full, less those the
         member may not DESCRIBE (each topic asked about once, whatever the regexes)."""
         matched: dict[str, set[str]] = {regex: set() for regex in regexes}
-        patterns = [(regex, compile_regex(regex)) for regex in matched]
+        patterns = [(regex, compile_subscription(regex)) for regex in matched]
         for topic in self.image.topics():
             if topic.internal:
                 continue
