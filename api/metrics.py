@@ -30,6 +30,7 @@ MAX_PARTITIONS = 2000
 
 # Quota entities a snapshot shows, the most throttled first (all are counted for the rates).
 MAX_QUOTA_ENTITIES = 100
+MAX_COUNTED = 1000
 
 # Counters whose rates the dashboard shows: in is what producers send, out what fetchers get.
 BYTES_IN_API, BYTES_OUT_API = "Produce", "Fetch"
@@ -160,9 +161,15 @@ def _quotas(
             }
         )
     rows.sort(key=lambda r: (-(r["throttle_time_ms_per_second"] or 0.0), -(r["usage"] or 0.0)))
+    # Entities never throttled need no counters (absent reads as zero), and client ids are the
+    # clients' to choose: a snapshot keeps at most MAX_COUNTED, the most throttled.
+    counted = sorted(
+        (e for e in throttle_ms.keys() | throttled.keys() if throttled.get(e)),
+        key=lambda e: -throttle_ms.get(e, 0.0),
+    )[:MAX_COUNTED]
     counters = [
         [*entity, throttle_ms.get(entity, 0.0), throttled.get(entity, 0.0)]
-        for entity in sorted(throttle_ms.keys() | throttled.keys())
+        for entity in sorted(counted)
     ]
     return rows, counters
 
@@ -174,11 +181,12 @@ def _connections_throttled(
 ) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Connections closed per ip for its connection_creation_rate: totals and per second;
     and the counters by ip."""
-    counters = {
-        labels["ip"]: value
+    by_ip = [
+        (labels["ip"], value)
         for labels, value in samples.get("fjord_connection_creation_throttled_total", [])
         if "ip" in labels
-    }
+    ]
+    counters = dict(sorted(by_ip, key=lambda item: -item[1])[:MAX_COUNTED])
     rows = [
         {
             "ip": ip,
@@ -187,8 +195,8 @@ def _connections_throttled(
                 count, None if previous is None else previous.get(ip, 0.0), elapsed
             ),
         }
-        for ip, count in sorted(counters.items())
-    ]
+        for ip, count in sorted(counters.items(), key=lambda item: (-item[1], item[0]))
+    ][:MAX_QUOTA_ENTITIES]
     return rows, counters
 
 

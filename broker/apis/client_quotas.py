@@ -77,22 +77,20 @@ async def handle_alter_client_quotas(broker, ctx: RequestContext, request) -> ob
     changes: dict[ClientQuotaEntity, dict[str, float | None]] = {}
     for entity_pairs, entry in zip(pairs, request.entries, strict=True):
         if entity_pairs in results:
-            # Kafka's ClientQuotaControlManager: the second mention of an entity is an error,
-            # and the entity then changes by neither.
+            # As Kafka's ClientQuotaControlManager: a second mention of an entity is answered
+            # with an error, and the first mention's changes stand.
             results[entity_pairs] = (
                 ErrorCode.invalid_request,
-                f"Ignoring duplicate entity {ClientQuotaEntity.of(dict(entity_pairs))}",
+                f"Ignoring duplicate entity {ClientQuotaEntity(entity_pairs)}",
             )
-            changes.pop(ClientQuotaEntity.of(dict(entity_pairs)), None)
             continue
         try:
             entity = parse_entity(entity_pairs)
-            changes[entity] = _changes(broker, entity, entry.ops)
+            changes[entity] = _changes(entity, entry.ops)
         except InvalidQuota as e:
             results[entity_pairs] = (ErrorCode.invalid_request, str(e))
         else:
             results[entity_pairs] = (ErrorCode.none, None)
-    changes = {entity: values for entity, values in changes.items() if values}
     if changes and not request.validate_only:
         await broker.alter_client_quotas(changes)
     return _alter_response(ctx, [(entity, *result) for entity, result in results.items()])
@@ -102,10 +100,9 @@ def _entity_type(pair: tuple[str, str | None]) -> str:
     return pair[0]
 
 
-def _changes(broker, entity: ClientQuotaEntity, ops) -> dict[str, float | None]:
-    """The keys this entry really changes (Kafka writes no record for a value it already has,
-    nor for removing a key that is not set)."""
-    current = broker.quotas.configs.get(entity)
+def _changes(entity: ClientQuotaEntity, ops) -> dict[str, float | None]:
+    """The entry's changes, a removal as None; setting a value twice or removing an unset
+    key changes nothing."""
     wanted: dict[str, float | None] = {}
     for op in ops:
         if op.key in wanted:
@@ -117,11 +114,7 @@ def _changes(broker, entity: ClientQuotaEntity, ops) -> dict[str, float | None]:
         else:
             check_value(entity, op.key, op.value)
             wanted[op.key] = op.value
-    return {
-        key: value
-        for key, value in wanted.items()
-        if (value is None and key in current) or (value is not None and current.get(key) != value)
-    }
+    return wanted
 
 
 def _alter_response(ctx: RequestContext, results) -> object:

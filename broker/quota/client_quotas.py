@@ -14,6 +14,8 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from broker.addresses import normalise_address
+
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 ENTITY_TYPES = (USER, CLIENT_ID, IP)
 
@@ -59,8 +61,9 @@ class ClientQuotaEntity:
         return dict(self.entries)
 
     def __str__(self) -> str:
-        names = (f"{t}={'<default>' if n is None else n}" for t, n in self.entries)
-        return "ClientQuotaEntity(" + ", ".join(names) + ")"
+        """As Kafka's ClientQuotaEntity.toString, which its error messages carry."""
+        names = (f"{t}={'null' if n is None else n}" for t, n in self.entries)
+        return "ClientQuotaEntity(entries={" + ", ".join(names) + "})"
 
 
 def parse_entity(pairs: Iterable[tuple[str, str | None]]) -> ClientQuotaEntity:
@@ -178,9 +181,6 @@ class ClientQuotas:
         self._by_key: dict[str, dict[tuple, float]] = {}
         self._index()
 
-    def items(self) -> list[tuple[ClientQuotaEntity, dict[str, float]]]:
-        return [(entity, dict(values)) for entity, values in self._quotas.items()]
-
     def get(self, entity: ClientQuotaEntity) -> dict[str, float]:
         return dict(self._quotas.get(entity, {}))
 
@@ -223,7 +223,10 @@ class ClientQuotas:
             shape = (names.get(USER, _ABSENT), names.get(CLIENT_ID, _ABSENT))
             for key, value in values.items():
                 if IP in names:
-                    by_key.setdefault(key, {})[(names[IP],)] = value
+                    # Matched as the connection's address is seen (Kafka keys ip quotas by
+                    # InetAddress): 2001:DB8::1 and ::ffff:10.0.0.1 are 2001:db8::1, 10.0.0.1.
+                    ip = names[IP] if names[IP] is None else normalise_address(names[IP])
+                    by_key.setdefault(key, {})[(ip,)] = value
                 else:
                     by_key.setdefault(key, {})[shape] = value
         self._by_key = by_key

@@ -31,6 +31,9 @@ def monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
+# A throttle time is an int32 on the wire.
+MAX_THROTTLE_MS = 2**31 - 1
+
 # Kafka's ClientQuotaManager.InactiveSensorExpirationTimeSeconds.
 INACTIVE_EXPIRY_MS = 3600 * 1000
 
@@ -57,18 +60,57 @@ class UsageSample:
     throttled: int
 
 
-class ClientQuotaManager:
+class _UsageByTags:
+    """Usage per metric tags for one quota type; an entity idle for an hour is forgotten, on
+    the recording path too, so that clients cycling through client ids cannot grow it
+    without bound (Kafka expires its quota sensors the same way)."""
+
+    quota_type: str
+
+    def __init__(self) -> None:
+        self.usage: dict[tuple[str, str], Usage] = {}
+        self._next_expiry_ms = 0
+
+    def _expire(self, now_ms: int) -> None:
+        if now_ms < self._next_expiry_ms:
+            return
+        self._next_expiry_ms = now_ms + INACTIVE_EXPIRY_MS // 60
+        for tags, usage in list(self.usage.items()):
+            if now_ms - usage.last_ms > INACTIVE_EXPIRY_MS:
+                del self.usage[tags]
+
+    def samples_now(self, now_ms: int) -> Iterator[UsageSample]:
+        self._next_expiry_ms = 0
+        self._expire(now_ms)
+        for (user, client_id), usage in self.usage.items():
+            yield UsageSample(
+                self.quota_type,
+                user,
+                client_id,
+                _rate(usage, now_ms),
+                usage.limit,
+                usage.throttle_ms_total,
+                usage.throttled,
+            )
+
+
+class ClientQuotaManager(_UsageByTags):
     """One quota type (produce or fetch bytes, request time) over a sampled Rate."""
 
     def __init__(
-        self, quota_type: str, key: str, samples: int, window_ms: int, max_throttle_ms=None
+        self,
+        quota_type: str,
+        key: str,
+        samples: int,
+        window_ms: int,
+        max_throttle_ms: int = MAX_THROTTLE_MS,
     ) -> None:
+        super().__init__()
         self.quota_type = quota_type
         self.key = key
         self.samples = samples
         self.window_ms = window_ms
         self.max_throttle_ms = max_throttle_ms
-        self.usage: dict[tuple[str, str], Usage] = {}
 
     def record(
         self, configs: ClientQuotas, user: str, client_id: str, value: float, now_ms: int
@@ -77,6 +119,7 @@ class ClientQuotaManager:
         and the throttle time its rate now asks for."""
         if not configs.enabled(self.key):
             return None, 0
+        self._expire(now_ms)
         tags, limit = configs.resolve(self.key, user, client_id)
         usage = self.usage.get(tags)
         if usage is None:
@@ -85,29 +128,12 @@ class ClientQuotaManager:
         usage.measure.record(value, now_ms)
         if limit is None:
             return tags, 0
-        throttle = usage.measure.throttle_ms(limit, now_ms)
-        if self.max_throttle_ms is not None:
-            throttle = min(throttle, self.max_throttle_ms)
-        return tags, throttle
+        return tags, min(usage.measure.throttle_ms(limit, now_ms), self.max_throttle_ms)
 
     def throttled(self, tags: tuple[str, str], throttle_ms: int) -> None:
         usage = self.usage[tags]
         usage.throttle_ms_total += throttle_ms
         usage.throttled += 1
-
-    def samples_now(self, now_ms: int) -> Iterator[UsageSample]:
-        for tags, usage in list(self.usage.items()):
-            if now_ms - usage.last_ms > INACTIVE_EXPIRY_MS:
-                del self.usage[tags]
-                continue
-            yield UsageSample(
-                self.quota_type,
-                *tags,
-                _rate(usage, now_ms),
-                usage.limit,
-                usage.throttle_ms_total,
-                usage.throttled,
-            )
 
 
 def _rate(usage: Usage, now_ms: int) -> float:
@@ -124,95 +150,106 @@ class ControllerMutationQuota:
     controller_mutation_rate (KIP-599). Strict (the versions that know
     THROTTLING_QUOTA_EXCEEDED): a topic is refused once the credits are spent, and admitted
     while there are any, even if its partitions then overdraw them. Permissive (older
-    versions): every mutation goes through and the response is throttled."""
+    versions): every mutation goes through and the response is throttled. The clock is read
+    at each step: the request awaits the store between topics."""
 
     strict: bool
     usage: Usage | None = None
-    now_ms: int = 0
     throttle_ms: int = field(default=0)
 
     def exceeded(self) -> bool:
         if not self.strict or self.usage is None:
             return False
-        self.throttle_ms = max(self.throttle_ms, self.usage.measure.throttle_ms(self.now_ms))
+        throttle = self.usage.measure.throttle_ms(monotonic_ms())
+        self.throttle_ms = min(max(self.throttle_ms, throttle), MAX_THROTTLE_MS)
         return self.throttle_ms > 0
 
     def record(self, partitions: int) -> None:
         if self.usage is None:
             return
-        self.usage.measure.record(partitions, self.now_ms)
-        self.usage.last_ms = self.now_ms
+        now_ms = monotonic_ms()
+        self.usage.measure.record(partitions, now_ms)
+        self.usage.last_ms = now_ms
         if not self.strict:
-            self.throttle_ms = self.usage.measure.throttle_ms(self.now_ms)
+            self.throttle_ms = min(self.usage.measure.throttle_ms(now_ms), MAX_THROTTLE_MS)
 
 
-class ControllerMutationQuotaManager:
+class ControllerMutationQuotaManager(_UsageByTags):
+    quota_type = CONTROLLER_MUTATION
+
     def __init__(self, samples: int, window_ms: int) -> None:
+        super().__init__()
         self.samples = samples
         self.window_ms = window_ms
-        self.usage: dict[tuple[str, str], Usage] = {}
 
     def quota(
         self, configs: ClientQuotas, user: str, client_id: str, strict: bool, now_ms: int
     ) -> ControllerMutationQuota:
         if not configs.enabled(CONTROLLER_MUTATION_RATE):
             return ControllerMutationQuota(strict)
+        self._expire(now_ms)
         tags, limit = configs.resolve(CONTROLLER_MUTATION_RATE, user, client_id)
         if limit is None:
             return ControllerMutationQuota(strict)
         usage = self.usage.get(tags)
-        if usage is None or usage.limit != limit:
+        if usage is None:
             bucket = TokenBucket(limit, self.samples, self.window_ms)
             usage = self.usage[tags] = Usage(bucket, limit, now_ms)
-        return ControllerMutationQuota(strict, usage, now_ms)
+        elif usage.limit != limit:
+            # A changed quota changes the bucket's rate and burst; the credit spent stays spent.
+            usage.measure.reconfigure(limit, now_ms)
+            usage.limit = limit
+        return ControllerMutationQuota(strict, usage)
 
     def throttled(self, quota: ControllerMutationQuota) -> None:
         if quota.usage is not None and quota.throttle_ms > 0:
             quota.usage.throttle_ms_total += quota.throttle_ms
             quota.usage.throttled += 1
 
-    def samples_now(self, now_ms: int) -> Iterator[UsageSample]:
-        for (user, client_id), usage in list(self.usage.items()):
-            if now_ms - usage.last_ms > INACTIVE_EXPIRY_MS:
-                del self.usage[(user, client_id)]
-                continue
-            yield UsageSample(
-                CONTROLLER_MUTATION,
-                user,
-                client_id,
-                _rate(usage, now_ms),
-                usage.limit,
-                usage.throttle_ms_total,
-                usage.throttled,
-            )
-
 
 class ConnectionRateQuotas:
     """connection_creation_rate per client address (KIP-612): a connection over its address's
-    rate is not counted, and is closed after the throttle time."""
+    rate is not counted, and is closed after the throttle time (at most one window, as
+    Kafka's ConnectionQuotas bounds it)."""
 
     def __init__(self, samples: int, window_ms: int) -> None:
         self.samples = samples
         self.window_ms = window_ms
-        self._rates: dict[str, Rate] = {}
-        self.throttled: dict[str, int] = {}
+        self._rates: dict[str, tuple[Rate, int]] = {}  # with the last connection's time
+        self.throttled: dict[str, int] = {}  # connections closed, per address
+        self._throttled_at: dict[str, int] = {}
+        self._next_expiry_ms = 0
 
     def accept(self, configs: ClientQuotas, address: str, now_ms: int) -> int:
         """0 to accept; else how long to hold the connection before closing it."""
+        self._expire(now_ms)
         limit = configs.ip_connection_rate(address)
         if limit is None:
             self._rates.pop(address, None)
             return 0
-        rate = self._rates.get(address)
-        if rate is None:
-            rate = self._rates[address] = Rate(self.samples, self.window_ms)
+        rate = self._rates.get(address, (None, 0))[0] or Rate(self.samples, self.window_ms)
+        self._rates[address] = (rate, now_ms)
         rate.record(1.0, now_ms)
         throttle = rate.throttle_ms(limit, now_ms)
         if throttle <= 0:
             return 0
         rate.record(-1.0, now_ms)
         self.throttled[address] = self.throttled.get(address, 0) + 1
-        return min(throttle, self.samples * self.window_ms)
+        self._throttled_at[address] = now_ms
+        return min(throttle, self.window_ms)
+
+    def _expire(self, now_ms: int) -> None:
+        """Addresses are the clients' to choose: forget those idle past the rate's span (and
+        their throttled counts after an hour), every minute."""
+        if now_ms < self._next_expiry_ms:
+            return
+        self._next_expiry_ms = now_ms + INACTIVE_EXPIRY_MS // 60
+        span = self.samples * self.window_ms
+        self._rates = {a: (r, t) for a, (r, t) in self._rates.items() if now_ms - t <= span}
+        self._throttled_at = {
+            a: t for a, t in self._throttled_at.items() if now_ms - t <= INACTIVE_EXPIRY_MS
+        }
+        self.throttled = {a: n for a, n in self.throttled.items() if a in self._throttled_at}
 
 
 class BrokerQuotas:

@@ -75,8 +75,16 @@ class TokenBucket:
         if self._updated_ms is not None:
             elapsed = max(now_ms - self._updated_ms, 0)
             self._tokens = min(self.burst, self._tokens + self.rate * elapsed / 1000)
-        self._updated_ms = now_ms
+        # Never back: a caller with an older clock reading must not earn the interval twice.
+        self._updated_ms = max(now_ms, self._updated_ms or now_ms)
         return self._tokens
+
+    def reconfigure(self, rate: float, now_ms: int) -> None:
+        """A new quota: what was earned so far counts at the old rate, then the new one."""
+        tokens = self.tokens(now_ms)
+        self.burst = self.burst / self.rate * rate
+        self.rate = rate
+        self._tokens = min(tokens, self.burst)
 
     def record(self, value: float, now_ms: int) -> None:
         self._tokens = min(self.burst, self.tokens(now_ms) - value)

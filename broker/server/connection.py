@@ -16,6 +16,7 @@ from collections import deque
 
 from kio.schema.errors import ErrorCode
 
+from broker.addresses import normalise_address
 from broker.apis.api_versions import api_versions_response
 from broker.apis.base import (
     RequestContext,
@@ -31,7 +32,6 @@ from broker.quota.quota_manager import monotonic_ms
 from broker.security.listener import ListenerSecurity
 from broker.security.tls import ANONYMOUS, NoMatchingRule, peer_principal
 from broker.server import sasl_exchange
-from broker.server.connection_quotas import normalise_address
 
 log = logging.getLogger("broker.connection")
 
@@ -354,14 +354,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
             ctx.api_key,
             ctx.user,
             ctx.client_id or "",
-            request_bytes if ctx.api_key == PRODUCE_KEY else 0,
+            request_bytes - 4 if ctx.api_key == PRODUCE_KEY else 0,  # as Kafka's sizeInBytes
             response_bytes if ctx.api_key == FETCH_KEY else 0,
             seconds,
             monotonic_ms(),
         )
         given_ms = throttle_time_ms(response)  # a handler's own (controller mutations)
         if throttle_ms > given_ms and response is not None and has_throttle_time(response):
-            self._encode(slot, ctx, name, with_throttle_time(response, throttle_ms))
+            if not self._encode(slot, ctx, name, with_throttle_time(response, throttle_ms)):
+                return
             response_bytes = sum(map(len, slot.payload)) + 4
         if max(throttle_ms, given_ms) > 0:
             # At once, not when the response is written: requests already read must not be

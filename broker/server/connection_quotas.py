@@ -16,6 +16,7 @@ import socket
 from collections import Counter
 from collections.abc import Mapping
 
+from broker.addresses import normalise_address
 from broker.config import connection_overrides
 
 PER_IP = "max.connections.per.ip"
@@ -98,13 +99,3 @@ class ConnectionQuotas:
             self._overrides = parse_overrides(connection_overrides(raw))
             self._overrides_raw = raw
         return self._overrides
-
-
-def normalise_address(address: str) -> str:
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return address  # not an IP (a Unix socket, "?"): counted under its own name
-    # A dual-stack listener sees IPv4 clients as ::ffff:a.b.c.d; count them as a.b.c.d.
-    mapped = getattr(ip, "ipv4_mapped", None)
-    return str(mapped or ip)

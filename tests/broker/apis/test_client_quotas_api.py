@@ -148,7 +148,13 @@ async def test_each_entity_answers_alone_and_validate_only_changes_nothing(broke
         entry(entity(client_id="dup"), producer_byte_rate=1),
         entry(entity(client_id="dup"), producer_byte_rate=2),
     )
-    assert twice[(("client-id", "dup"),)][0] == ErrorCode.invalid_request
+    # As Kafka: the second mention is an error, the first one's change stands.
+    assert twice == {
+        (("client-id", "dup"),): (
+            ErrorCode.invalid_request,
+            "Ignoring duplicate entity ClientQuotaEntity(entries={client-id=dup})",
+        )
+    }
     duplicate_key = alter_v1.EntryData(
         entity=entity(user="k"),
         ops=(
@@ -159,7 +165,10 @@ async def test_each_entity_answers_alone_and_validate_only_changes_nothing(broke
     assert (await alter(broker_client, duplicate_key))[(("user", "k"),)][0] == (
         ErrorCode.invalid_request
     )
-    assert set(listed(await describe(broker_client))) == {(("client-id", "good"),)}
+    assert listed(await describe(broker_client)) == {
+        (("client-id", "good"),): {"producer_byte_rate": 100.0},
+        (("client-id", "dup"),): {"producer_byte_rate": 1.0},
+    }
 
 
 @pytest.mark.parametrize(
@@ -176,6 +185,21 @@ async def test_each_entity_answers_alone_and_validate_only_changes_nothing(broke
 async def test_describe_filter_errors(broker, broker_client, components, code, message):
     response = await describe(broker_client, *components)
     assert (response.error_code, response.error_message, response.entries) == (code, message, None)
+
+
+async def test_ip_quotas_match_every_spelling_of_the_address(broker, broker_client):
+    await alter(
+        broker_client,
+        entry(entity(ip="2001:DB8:0::1"), connection_creation_rate=5),
+        entry(entity(ip="::ffff:10.0.0.1"), connection_creation_rate=6),
+    )
+    assert broker.quotas.configs.ip_connection_rate("2001:db8::1") == 5.0
+    assert broker.quotas.configs.ip_connection_rate("10.0.0.1") == 6.0
+    # Described as they were given, as Kafka keeps the name.
+    assert set(listed(await describe(broker_client))) == {
+        (("ip", "2001:DB8:0::1"),),
+        (("ip", "::ffff:10.0.0.1"),),
+    }
 
 
 async def test_quotas_survive_a_restart(tmp_path):

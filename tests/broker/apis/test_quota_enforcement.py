@@ -13,6 +13,7 @@ from test_api_versions_sweep import TOPIC, fetch, produce
 
 from broker.client.connection import BrokerConnection
 from broker.quota.client_quotas import ClientQuotaEntity, ClientQuotas
+from broker.quota.quota_manager import ClientQuotaManager
 from broker.quota.rate import Rate, TokenBucket
 from broker.records.batch import iter_batches
 
@@ -65,6 +66,22 @@ def test_token_bucket_starts_full_and_may_be_overdrawn():
     assert bucket.throttle_ms(0) == 2000
     assert bucket.throttle_ms(1000) == 1000
     assert bucket.throttle_ms(2000) == 0
+
+
+def test_a_changed_rate_keeps_the_credit_already_spent():
+    bucket = TokenBucket(rate=2, samples=5, window_ms=1000)
+    bucket.record(10, 0)
+    bucket.reconfigure(4, 0)
+    assert (bucket.burst, bucket.tokens(0)) == (20, 0)
+    assert bucket.throttle_ms(0) == 0
+    bucket.record(4, 0)
+    assert bucket.throttle_ms(0) == 1000
+
+
+def test_throttle_times_fit_the_wire_int32():
+    manager = ClientQuotaManager("produce", P, samples=11, window_ms=1000)
+    tags, throttle = manager.record(quotas(({"client-id": "c"}, 1)), "u", "c", 1e12, 0)
+    assert (tags, throttle) == (("", "c"), 2**31 - 1)
 
 
 async def _set(client, entity: dict, key: str, value: float) -> None:
@@ -147,25 +164,25 @@ async def test_a_throttled_producer_is_muted_and_others_are_not(tmp_path):
 
 
 async def test_connections_over_their_address_rate_are_closed(tmp_path):
-    async with running_broker(tmp_path, quota_window_num="2") as (broker, client):
-        await _set(client, {"ip": "127.0.0.1"}, "connection_creation_rate", 3.0)
+    # Two 10-second windows: a rate is measured over at least 10 s, so 1 a second admits 10
+    # connections however slowly the machine opens them.
+    windows = {"quota_window_num": "2", "quota_window_size_seconds": "10"}
+    async with running_broker(tmp_path, **windows) as (broker, client):
+        await _set(client, {"ip": "127.0.0.1"}, "connection_creation_rate", 1.0)
         host, port = broker.bound["PLAINTEXT"]
-        opened = [await asyncio.open_connection(host, port) for _ in range(6)]
+        opened = [await asyncio.open_connection(host, port) for _ in range(13)]
         try:
-            # A throttled connection is closed without being served: its reader sees EOF.
-            closed = 0
-            for reader, _ in opened:
-                try:
-                    eof = await asyncio.wait_for(reader.read(), timeout=0.01)
-                except TimeoutError:
-                    continue
-                closed += eof == b""
             throttled = broker.quotas.connection_rate.throttled
-            deadline = asyncio.get_running_loop().time() + 10
-            while sum(throttled.values()) < 3 and asyncio.get_running_loop().time() < deadline:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 10
+            while len(broker.connections) + sum(throttled.values()) < 1 + 13:
+                assert loop.time() < deadline, "the broker did not see every connection"
                 await asyncio.sleep(0.01)
             assert throttled == {"127.0.0.1": 3}
-            assert len(broker.connections) == 1 + 3  # the fixture's connection and 3 new ones
+            assert len(broker.connections) == 1 + 10  # the fixture's connection and 10 new
+            # A throttled connection is closed, unserved, once its throttle time is over.
+            reader = opened[-1][0]
+            assert await asyncio.wait_for(reader.read(), timeout=30) == b""
         finally:
             for _, writer in opened:
                 writer.close()
