@@ -101,13 +101,21 @@ async def handle_offset_commit(broker, ctx: RequestContext, request) -> object:
         broker, ctx, AclOperation.READ, ResourceType.TOPIC, (n for n, _ in topics if n is not None)
     )
     # As Kafka's KafkaApis: an unknown id first (whether it is authorized cannot be told),
-    # then READ on the topic.
+    # then READ on the topic, then the partition must exist (Kafka refuses offsets of topics
+    # and partitions it does not have, which would otherwise outlive any topic of that name).
     errors = {
         **_all_partitions(
             [(n, t) for n, t in topics if n is not None and n not in readable],
             ErrorCode.topic_authorization_failed,
         ),
         **_all_partitions([(n, t) for n, t in topics if n is None], ErrorCode.unknown_topic_id),
+        **{
+            (name, p.partition_index): ErrorCode.unknown_topic_or_partition
+            for name, t in topics
+            if name in readable
+            for p in t.partitions
+            if broker.replica_manager.log(name, p.partition_index) is None
+        },
     }
     partitions = [
         OffsetCommitRequest(
@@ -121,6 +129,7 @@ async def handle_offset_commit(broker, ctx: RequestContext, request) -> object:
         for name, t in topics
         if name in readable
         for p in t.partitions
+        if (name, p.partition_index) not in errors
     ]
     if not partitions:
         return _offset_commit_response(ctx, topics, errors)

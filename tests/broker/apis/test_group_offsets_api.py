@@ -155,7 +155,9 @@ async def test_an_offset_committed_by_id_is_not_another_topic_of_the_same_name(t
 
 
 async def test_committed_offsets_survive_a_restart(tmp_path):
-    async with running_broker(tmp_path) as (_, conn):
+    async with running_broker(tmp_path) as (broker, conn):
+        await broker.create_topic("t", 3, {})
+        await broker.create_topic("u", 4, {})
         assert await commit(conn, "g1", {("t", 0): 5, ("t", 1): 9}) == {
             ("t", 0): ErrorCode.none,
             ("t", 1): ErrorCode.none,
@@ -169,7 +171,21 @@ async def test_committed_offsets_survive_a_restart(tmp_path):
         assert await list_groups(conn) == {"g1": ("Empty", "classic"), "g2": ("Empty", "classic")}
 
 
+async def test_offsets_of_unknown_topics_and_partitions_are_refused(broker, broker_client):
+    """As Kafka's KafkaApis: offsets of a topic or partition the cluster does not have would
+    outlive it and greet a later topic of that name."""
+    await broker.create_topic("t", 1, {})
+    errors = await commit(broker_client, "g", {("t", 0): 1, ("t", 1): 2, ("ghost", 0): 3})
+    assert errors == {
+        ("t", 0): ErrorCode.none,
+        ("t", 1): ErrorCode.unknown_topic_or_partition,
+        ("ghost", 0): ErrorCode.unknown_topic_or_partition,
+    }
+    assert await fetch(broker_client, "g") == {("t", 0): (1, "m1")}
+
+
 async def test_commit_with_a_generation_to_an_unknown_group_is_refused(broker, broker_client):
+    await broker.create_topic("t", 1, {})
     errors = await commit(broker_client, "nobody", {("t", 0): 1}, generation=3)
     assert errors == {("t", 0): ErrorCode.group_id_not_found}
     errors = await commit(broker_client, "nobody", {("t", 0): 1}, generation=3, v=8)
@@ -177,6 +193,7 @@ async def test_commit_with_a_generation_to_an_unknown_group_is_refused(broker, b
 
 
 async def test_delete_groups_and_offset_delete(broker, broker_client):
+    await broker.create_topic("t", 2, {})
     await commit(broker_client, "g", {("t", 0): 1, ("t", 1): 2})
     response = await broker_client.send(
         req(
@@ -252,6 +269,8 @@ async def test_consumer_offsets_partitions_compact_and_replay_the_same_state(tmp
     # Small segments stand in for megabytes of commits: the cleaner takes whole segments only.
     small = {"offsets_topic_segment_bytes": "4096"}
     async with running_broker(tmp_path, **small) as (first, conn):
+        await first.create_topic("t", 2, {})
+        await first.create_topic("u", 1, {})
         for i in range(200):
             await commit(conn, "busy", {("t", 0): i, ("t", 1): 1000 + i})
         await commit(conn, "quiet", {("u", 0): 42})

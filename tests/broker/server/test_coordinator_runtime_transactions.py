@@ -227,12 +227,12 @@ async def test_transaction_state_is_cleaned_and_replays_the_same(tmp_path):
                     )
                 )
                 assert error == ErrorCode.none
-                error = await rt.run(
+                ended = await rt.run(
                     lambda now, tid=tid, pid=pid, epoch=epoch: tc.end_transaction(
                         tid, pid, epoch, True, now
                     )
                 )
-                assert error == ErrorCode.none
+                assert ended.error == ErrorCode.none
         log_ = b.replica_manager.log("__transaction_state", tc.partition_for("a"))
         assert log_.config.compact
         size = log_.size_in_bytes
