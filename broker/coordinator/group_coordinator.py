@@ -250,6 +250,16 @@ class GroupCoordinator:
         deletable = [tp for tp, e in errors.items() if e == ErrorCode.none]
         return Result(self.offsets.delete_records(group_id, deletable), (ErrorCode.none, errors))
 
+    def on_topic_deleted(self, topic: str) -> list[Record]:
+        """Tombstones for every group's offsets of a deleted topic (Kafka's
+        onPartitionsDeleted): they would otherwise greet a later topic of that name."""
+        records: list[Record] = []
+        for group_id in self.offsets.groups():
+            if topic in self.offsets.topics(group_id):
+                gone = [tp for tp in self.offsets.fetch(group_id, None) if tp[0] == topic]
+                records += self.offsets.delete_records(group_id, gone)
+        return records
+
     def _expire_offsets(self, now_ms: int) -> list[Record]:
         records: list[Record] = []
         for group_id in self.offsets.groups():

@@ -458,6 +458,8 @@ class Broker:
             self.replica_manager.release_waiters(topic)
             await self.run_blocking(self.replica_manager.delete_logs, topic)
             log.info("deleted topic %s", name)
+            if self.image.topic("__consumer_offsets") is not None:
+                self.coordinator_runtime.apply(self.group_coordinator.on_topic_deleted(name))
             self._topics_changed()
 
     @_completes_when_cancelled

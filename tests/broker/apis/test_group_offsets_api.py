@@ -135,8 +135,8 @@ async def test_a_topic_id_the_broker_does_not_know_is_unknown_topic_id(broker, b
 
 async def test_an_offset_committed_by_id_is_not_another_topic_of_the_same_name(tmp_path):
     """Kafka keeps the id with an offset committed by id (OffsetCommitValue version 4): a fetch
-    by id leaves out an offset of a topic deleted and created again under its name. Fjord,
-    unlike Kafka, keeps a deleted topic's offsets, so the name alone still finds it."""
+    by id leaves out an offset of a topic deleted and created again under its name; deleting
+    the topic also deleted its offsets, so the name finds none either."""
     async with running_broker(tmp_path) as (broker, conn):
         old = (await broker.create_topic("again", 1, {})).topic_id
         assert await commit(conn, "g", {(old, 0): 9}, v=10) == {(old, 0): NONE}
@@ -148,7 +148,7 @@ async def test_an_offset_committed_by_id_is_not_another_topic_of_the_same_name(t
         assert await fetch(conn, "g", {old: [0]}, v=10, errors=True) == {
             (old, 0): (-1, "", UNKNOWN_ID)
         }
-        assert await fetch(conn, "g", {"again": [0]}) == {("again", 0): (9, "m9")}
+        assert await fetch(conn, "g", {"again": [0]}) == {("again", 0): (-1, "")}
         # Committed again by the new id, the offset is the new topic's.
         await commit(conn, "g", {(new, 0): 4}, v=10)
         assert await fetch(conn, "g", {new: [0]}, v=10) == {(new, 0): (4, "m4")}
@@ -302,3 +302,20 @@ async def test_internal_topics_of_older_log_dirs_are_handed_to_the_cleaner(tmp_p
             configs = broker.image.topic(name).configs
             assert configs == {"retention.ms": "-1", "cleanup.policy": "compact"}
             assert broker.replica_manager.log(name, 0).config.cleanup_policy == "compact"
+
+
+async def test_offsets_of_a_deleted_topic_are_deleted_with_it(tmp_path):
+    """As Kafka's onPartitionsDeleted: a topic created again under the name starts afresh,
+    also after a restart (the tombstones are in __consumer_offsets)."""
+    async with running_broker(tmp_path) as (broker, conn):
+        await broker.create_topic("t", 2, {})
+        await broker.create_topic("kept", 1, {})
+        await commit(conn, "g", {("t", 0): 5, ("t", 1): 6, ("kept", 0): 7})
+        await commit(conn, "h", {("t", 1): 8})
+        await broker.delete_topic("t")
+        await broker.create_topic("t", 2, {})
+        assert await fetch(conn, "g") == {("kept", 0): (7, "m7")}
+        assert await fetch(conn, "h") == {}
+    async with running_broker(tmp_path) as (_, conn):
+        assert await fetch(conn, "g") == {("kept", 0): (7, "m7")}
+        assert await fetch(conn, "h") == {}
