@@ -73,10 +73,10 @@ async def _init_transactional(
     two_phase_commit: bool,
     keep_prepared_txn: bool,
 ):
-    fresh = await broker.generate_producer_id()  # used only if the id needs a new one
     coordinator = broker.transaction_coordinator
-    result: InitProducerIdResponse = await broker.transaction_runtime.run(
-        lambda now_ms: coordinator.init_producer_id(
+    # A new producer id is allocated only when the id needs one (first use, an exhausted epoch).
+    result: InitProducerIdResponse = await broker.transaction_runtime.run_with_producer_id(
+        lambda now_ms, fresh: coordinator.init_producer_id(
             request.transactional_id,
             int(request.transaction_timeout.total_seconds() * 1000),
             producer_id,

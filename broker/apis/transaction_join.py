@@ -7,9 +7,15 @@ as the producer no longer sends AddPartitionsToTxn. Version 1 (Produce v3-11): t
 added it, and the leader verifies that it did (part 1, `transaction.partition.verification
 .enable`), so that neither a zombie nor a producer that skipped AddPartitionsToTxn can leave a
 transaction hanging. The coordinator's answers are translated for the client as Kafka does:
-a fenced epoch is INVALID_PRODUCER_EPOCH, a transaction caught while it ends is the retriable
-NOT_ENOUGH_REPLICAS, and a partition not in the transaction is TRANSACTION_ABORTABLE for the
-clients that know it (v11+), INVALID_TXN_STATE for older ones."""
+a fenced epoch is INVALID_PRODUCER_EPOCH, a transaction caught while it ends is, for version 1
+clients, the retriable NOT_ENOUGH_REPLICAS (version 2 clients retry CONCURRENT_TRANSACTIONS
+themselves), and a partition not in the transaction is TRANSACTION_ABORTABLE for the clients
+that know it (v11+), INVALID_TXN_STATE for older ones.
+
+A transactional Produce v12+ is refused (UNSUPPORTED_VERSION) by a cluster that has not
+finalized transaction.version 2, as Confluent's brokers do (franz-go#1017); a
+non-transactional one is served as v11 is. EndTxn v5 and TxnOffsetCommit v5 are served at any
+level, as Kafka does (transactions.py)."""
 
 from __future__ import annotations
 
@@ -31,6 +37,14 @@ _MESSAGES = {
         "Produce v12+ is transaction version 2, which the cluster has not finalized"
     ),
 }
+
+
+def abortable_for(error: ErrorCode, api_version: int, first_abortable_version: int) -> ErrorCode:
+    """TRANSACTION_ABORTABLE for the request versions that know it (KIP-890); older ones
+    get INVALID_TXN_STATE."""
+    if error is ErrorCode.transaction_abortable and api_version < first_abortable_version:
+        return ErrorCode.invalid_txn_state
+    return error
 
 
 def join_transaction(
@@ -61,13 +75,12 @@ def join_transaction(
         error = coordinator.verify_partition(
             transactional_id, header.producer_id, header.producer_epoch, topic_partition
         )
-        if error is ErrorCode.transaction_abortable and api_version < TRANSACTION_ABORTABLE_PRODUCE:
-            error = ErrorCode.invalid_txn_state
+        error = abortable_for(error, api_version, TRANSACTION_ABORTABLE_PRODUCE)
     else:
         return None
     if error is ErrorCode.producer_fenced:
         error = ErrorCode.invalid_producer_epoch
-    elif error is ErrorCode.concurrent_transactions:
+    elif error is ErrorCode.concurrent_transactions and api_version < TRANSACTION_V2_PRODUCE:
         error = ErrorCode.not_enough_replicas
     if error is ErrorCode.none:
         return None

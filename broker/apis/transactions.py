@@ -17,17 +17,21 @@ from kio.schema.errors import ErrorCode
 
 from broker.apis.auth_helper import authorize_cluster, filter_authorized
 from broker.apis.base import NO_THROTTLE, ApiSpec, RequestContext
-from broker.coordinator.transaction_coordinator import NO_PRODUCER_ID, EndTxnResponse
+from broker.apis.transaction_join import abortable_for
+from broker.coordinator.transaction_coordinator import EndTxnResponse
 from broker.coordinator.transaction_records import TransactionState
 from broker.regex import InvalidRegex, compile_regex
 from broker.security.operations import AclOperation, ResourceType
 from broker.storage.producer_state import ProducerStateError
 
 OFFSETS_TOPIC = "__consumer_offsets"
-# The first versions of transaction version 2 (KIP-890 part 2); a cluster that has not
-# finalized transaction.version 2 answers them UNSUPPORTED_VERSION.
+# The first versions of transaction version 2 (KIP-890 part 2). As in Kafka they are served
+# as that version whatever transaction.version the cluster finalized: the request's version
+# alone says which protocol the client speaks (TransactionVersion.transactionVersionForEndTxn).
 TRANSACTION_V2_END_TXN = 5
 TRANSACTION_V2_TXN_OFFSET_COMMIT = 5
+# TRANSACTION_ABORTABLE came with TxnOffsetCommit v4.
+TRANSACTION_ABORTABLE_TXN_OFFSET_COMMIT = 4
 
 
 def _transaction_version(ctx: RequestContext, first_v2_version: int) -> int:
@@ -151,15 +155,11 @@ async def handle_end_txn(broker, ctx: RequestContext, request) -> object:
     transaction_version = _transaction_version(ctx, TRANSACTION_V2_END_TXN)
     if not _may_write(broker, ctx, request.transactional_id):
         result = EndTxnResponse(ErrorCode.transactional_id_authorization_failed)
-    elif transaction_version > broker.transaction_runtime.transaction_version:
-        result = EndTxnResponse(ErrorCode.unsupported_version)
     else:
         coordinator = broker.transaction_coordinator
-        fresh = NO_PRODUCER_ID
-        if transaction_version >= 2 and coordinator.epoch_exhausted(request.transactional_id):
-            fresh = await broker.generate_producer_id()
-        result = await broker.transaction_runtime.run(
-            lambda now_ms: coordinator.end_transaction(
+        # A new producer id is allocated only for a valid end at the exhausted epoch.
+        result = await broker.transaction_runtime.run_with_producer_id(
+            lambda now_ms, fresh: coordinator.end_transaction(
                 request.transactional_id,
                 request.producer_id,
                 request.producer_epoch,
@@ -233,8 +233,6 @@ async def _txn_offset_commit(broker, ctx: RequestContext, request, offsets) -> d
     coordinator = broker.transaction_coordinator
     if not request.group_id:
         error = ErrorCode.invalid_group_id
-    elif transaction_version > broker.transaction_runtime.transaction_version:
-        error = ErrorCode.unsupported_version
     elif transaction_version >= 2:
         error = await _add_offsets_partition(broker, request, transaction_version)
     else:
@@ -245,8 +243,7 @@ async def _txn_offset_commit(broker, ctx: RequestContext, request, offsets) -> d
             request.producer_epoch,
             (OFFSETS_TOPIC, partition),
         )
-        if error is ErrorCode.transaction_abortable and ctx.api_version < 4:
-            error = ErrorCode.invalid_txn_state  # TRANSACTION_ABORTABLE came with v4
+        error = abortable_for(error, ctx.api_version, TRANSACTION_ABORTABLE_TXN_OFFSET_COMMIT)
     if error is ErrorCode.none:
         try:
             errors = await _commit_pending_offsets(broker, request, offsets)
@@ -496,7 +493,8 @@ SPECS = (
     ApiSpec(24, "AddPartitionsToTxn", 0, 3, handle_add_partitions_to_txn),
     ApiSpec(25, "AddOffsetsToTxn", 0, 4, handle_add_offsets_to_txn),
     # EndTxn v5 and TxnOffsetCommit v5 are transaction version 2 (KIP-890 part 2), advertised
-    # as Kafka does whatever transaction.version is finalized: clients choose by that level.
+    # and served as Kafka does whatever transaction.version is finalized: clients choose by
+    # that level, and a request of that version is one the broker can handle.
     ApiSpec(26, "EndTxn", 0, 5, handle_end_txn),
     ApiSpec(27, "WriteTxnMarkers", 1, 2, handle_write_txn_markers),
     ApiSpec(28, "TxnOffsetCommit", 0, 5, handle_txn_offset_commit),

@@ -24,6 +24,11 @@ the epoch is exhausted the transaction ends under a new producer id (`next_produ
 the markers are written, `previous_producer_id` after, for a retry of the EndTxn). The record
 keeps the version the transaction was ended with, so a retried EndTxn is recognised after a
 restart too.
+
+A new producer id is allocated outside (the allocation waits for the metadata store): an
+operation that needs one and was given none answers `needs_producer_id` and writes nothing,
+and the caller runs it again with one (TransactionRuntime.run_with_producer_id). So only an
+operation that really moves to a new producer id uses one up.
 """
 
 from __future__ import annotations
@@ -42,8 +47,10 @@ from broker.coordinator.transaction_records import (
 )
 from broker.coordinator.transaction_records import TransactionState as S
 
-# Kafka bumps to a new producer id rather than let the epoch reach Short.MAX_VALUE.
+# Kafka bumps to a new producer id rather than let a producer's epoch reach Short.MAX_VALUE
+# (isEpochExhausted): the last epoch is kept for the coordinator, so that it can always fence.
 MAX_PRODUCER_EPOCH = 32767 - 1
+LAST_EPOCH = 32767
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 # Kafka's mark of a two-phase commit transaction: it never times out.
@@ -170,6 +177,13 @@ class TxnResult:
     records: list[Record] = field(default_factory=list)
     response: object = None
     markers: list[MarkerJob] = field(default_factory=list)
+    # The operation moves a producer to a new producer id and was given none: run it again
+    # with one (what it did write without one stays written).
+    needs_producer_id: bool = False
+
+
+def _needs_producer_id() -> TxnResult:
+    return TxnResult(needs_producer_id=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +208,6 @@ class TransactionCoordinator:
     def __init__(self, config: TransactionCoordinatorConfig) -> None:
         self.config = config
         self.transactions: dict[str, TransactionMetadata] = {}
-        self._by_producer_id: dict[int, str] = {}
 
     def partition_for(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.config.state_log_partitions)
@@ -204,19 +217,18 @@ class TransactionCoordinator:
     def replay(self, record: Record) -> None:
         txn_id = record.key.transactional_id
         old = self.transactions.pop(txn_id, None)
-        if old is not None:
-            self._by_producer_id.pop(old.producer_id, None)
         if record.value is None:
             return  # expired
         meta = TransactionMetadata.from_record(txn_id, record.value)
         if old is not None and old.producer_id == meta.producer_id:
             if old.producer_epoch == meta.producer_epoch:
                 meta.last_producer_epoch = old.last_producer_epoch
-            elif meta.state is S.EMPTY:
-                meta.last_producer_epoch = old.producer_epoch  # bumped by InitProducerId
+            elif meta.state is S.EMPTY or _own_end_bump(old, meta):
+                # Bumped by InitProducerId, or by a version 2 end of the producer's own, which
+                # Kafka's prepareAbortOrCommit records as the last epoch too.
+                meta.last_producer_epoch = old.producer_epoch
             # else bumped to fence (a timeout or a new instance): the old epoch is no retry
         self.transactions[txn_id] = meta
-        self._by_producer_id[meta.producer_id] = txn_id
 
     def pending_markers(self) -> list[MarkerJob]:
         """After start-up replay: transactions whose outcome was decided (Prepare* written)
@@ -242,9 +254,10 @@ class TransactionCoordinator:
         keep_prepared_txn: bool = False,
         transaction_version: int = 0,
     ) -> TxnResult:
-        """`fresh_producer_id` is used when the id needs a new producer id (first use, or its
-        epoch is exhausted); the caller allocates it beforehand so that this stays sync.
-        `transaction_version` is the cluster's, which fencing an ongoing transaction uses."""
+        """`fresh_producer_id` is used when the id needs a new producer id (first use, an
+        exhausted epoch, or a fence that exhausts it); without one such a call answers
+        `needs_producer_id`. `transaction_version` is the cluster's, which fencing an ongoing
+        transaction uses."""
         if two_phase_commit:
             timeout_ms = TWO_PHASE_COMMIT_TIMEOUT_MS  # transaction.max.timeout.ms is no bound
         elif not 0 < timeout_ms <= self.config.max_timeout_ms:
@@ -254,6 +267,8 @@ class TransactionCoordinator:
             return TxnResult(response=InitProducerIdResponse(ErrorCode.invalid_request))
         meta = self.transactions.get(transactional_id)
         if meta is None:
+            if fresh_producer_id == NO_PRODUCER_ID:
+                return _needs_producer_id()
             meta = TransactionMetadata(
                 transactional_id, fresh_producer_id, 0, timeout_ms, S.EMPTY, frozenset(), -1, now_ms
             )
@@ -273,13 +288,19 @@ class TransactionCoordinator:
             return TxnResult(response=InitProducerIdResponse(ErrorCode.concurrent_transactions))
         if meta.state is S.ONGOING:
             if keep_prepared_txn:
+                if fresh_producer_id == NO_PRODUCER_ID and meta.owner[1] >= MAX_PRODUCER_EPOCH - 1:
+                    return _needs_producer_id()
                 return self._take_over(meta, timeout_ms, fresh_producer_id, now_ms)
             # Fence the previous instance: its transaction is aborted under a bumped epoch, and
             # the caller retries (CONCURRENT_TRANSACTIONS) once the abort completed.
-            result = self._abort(meta, now_ms, transaction_version)
+            if fresh_producer_id == NO_PRODUCER_ID and _fence_rotates(meta, transaction_version):
+                return _needs_producer_id()
+            result = self._abort(meta, now_ms, transaction_version, fresh_producer_id)
             result.response = InitProducerIdResponse(ErrorCode.concurrent_transactions)
             return result
         if meta.producer_epoch >= MAX_PRODUCER_EPOCH:
+            if fresh_producer_id == NO_PRODUCER_ID:
+                return _needs_producer_id()
             new = replace(
                 meta,
                 producer_id=fresh_producer_id,
@@ -347,8 +368,8 @@ class TransactionCoordinator:
         fresh_producer_id: int = NO_PRODUCER_ID,
     ) -> TxnResult:
         """EndTxn; `transaction_version` 2 for v5. `fresh_producer_id` is the id a version 2
-        end moves to when the epoch is exhausted (`epoch_exhausted` says when the caller must
-        allocate one)."""
+        end moves to when the epoch is exhausted; without one that end answers
+        `needs_producer_id`, once the request is found valid."""
         meta = self.transactions.get(transactional_id)
         if transaction_version >= 2:
             return self._end_v2(
@@ -366,7 +387,10 @@ class TransactionCoordinator:
             result = self._prepare(meta, S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, now_ms)
             result.response = EndTxnResponse(ErrorCode.none, *_after_end(meta))
             return result
-        return _ended(_end_again(state, commit), *_after_end(meta))
+        error = _end_again(state, commit)
+        if error is not ErrorCode.none:
+            return _ended(error)  # Kafka answers an error without an identity
+        return _ended(ErrorCode.none, *_after_end(meta))
 
     def _end_v2(
         self,
@@ -412,12 +436,15 @@ class TransactionCoordinator:
             return _ended(_end_again(state, commit))
         new = replace(meta, client_transaction_version=2)
         if meta.taken_over:
-            # The markers fence the process that prepared it, under the transaction's id; the
-            # process that took it over continues one epoch on (_take_over left room for it).
+            # The markers fence the process that prepared it, under the transaction's id (up
+            # to the last epoch: that id is done with once the transaction ends); the process
+            # that took it over continues one epoch on (_take_over left room for it).
             new.producer_epoch = _bumped(meta.producer_epoch)
             new.next_producer_epoch = meta.next_producer_epoch + 1
         elif meta.producer_epoch >= MAX_PRODUCER_EPOCH:
             # The markers still take the last epoch; the transaction completes under a new id.
+            if fresh_producer_id == NO_PRODUCER_ID:
+                return _needs_producer_id()
             new.producer_epoch, new.next_producer_id = meta.producer_epoch + 1, fresh_producer_id
         else:
             new.producer_epoch = meta.producer_epoch + 1
@@ -428,11 +455,6 @@ class TransactionCoordinator:
         result.response = EndTxnResponse(ErrorCode.none, next_id, next_epoch)
         return result
 
-    def epoch_exhausted(self, transactional_id: str) -> bool:
-        """Whether a version 2 end of the id's transaction needs a new producer id."""
-        meta = self.transactions.get(transactional_id)
-        return meta is not None and meta.producer_epoch >= MAX_PRODUCER_EPOCH
-
     def complete(self, transactional_id: str, now_ms: int) -> list[Record]:
         """The markers of a prepared transaction are written: CompleteCommit/CompleteAbort."""
         meta = self.transactions.get(transactional_id)
@@ -442,10 +464,17 @@ class TransactionCoordinator:
 
     # -- timers ------------------------------------------------------------------------------
 
-    def abort_timed_out(self, now_ms: int, transaction_version: int = 0) -> TxnResult:
+    def abort_timed_out(
+        self,
+        now_ms: int,
+        transaction_version: int = 0,
+        fresh_producer_id: int = NO_PRODUCER_ID,
+    ) -> TxnResult:
         """Transactions open longer than their timeout are aborted under a bumped epoch, so
         the producer that left them is fenced (Kafka's abortTimedOutTransactions), as the
-        cluster's `transaction_version` ends transactions."""
+        cluster's `transaction_version` ends transactions. One whose abort moves to a new
+        producer id takes `fresh_producer_id`; others that need one wait for the next call
+        (`needs_producer_id`)."""
         result = TxnResult()
         for meta in list(self.transactions.values()):
             if (
@@ -453,7 +482,13 @@ class TransactionCoordinator:
                 and not meta.two_phase_commit  # its outcome is an external coordinator's
                 and meta.start_ms + meta.timeout_ms <= now_ms
             ):
-                aborted = self._abort(meta, now_ms, transaction_version)
+                fresh = NO_PRODUCER_ID
+                if _fence_rotates(meta, transaction_version):
+                    fresh, fresh_producer_id = fresh_producer_id, NO_PRODUCER_ID
+                    if fresh == NO_PRODUCER_ID:
+                        result.needs_producer_id = True
+                        continue
+                aborted = self._abort(meta, now_ms, transaction_version, fresh)
                 result.records += aborted.records
                 result.markers += aborted.markers
         return result
@@ -493,9 +528,6 @@ class TransactionCoordinator:
             return ErrorCode.transaction_abortable
         return ErrorCode.none
 
-    def transactional_id_of(self, producer_id: int) -> str | None:
-        return self._by_producer_id.get(producer_id)
-
     # -- transitions -------------------------------------------------------------------------
 
     def _prepare(self, meta: TransactionMetadata, state: S, now_ms: int) -> TxnResult:
@@ -507,19 +539,31 @@ class TransactionCoordinator:
             result.records += self._complete_record(new, now_ms)
         return result
 
-    def _abort(self, meta: TransactionMetadata, now_ms: int, transaction_version: int) -> TxnResult:
+    def _abort(
+        self,
+        meta: TransactionMetadata,
+        now_ms: int,
+        transaction_version: int,
+        fresh_producer_id: int = NO_PRODUCER_ID,
+    ) -> TxnResult:
         """The coordinator's own abort (a timeout, a new instance): under bumped epochs, so
-        that the producer that left it, and any process that took it over, are fenced. Under
-        transaction version 2 the epoch goes up twice, as in Kafka (the fence, then the end's
-        own bump): one bump alone would make the fenced producer's EndTxn look like a retry
-        of this abort."""
-        bumps = 2 if transaction_version >= 2 else 1
-        meta = replace(meta, client_transaction_version=transaction_version)
-        for _ in range(bumps):
-            meta.producer_epoch = _bumped(meta.producer_epoch)
+        that the producer that left it, and any process that took it over, are fenced. The
+        fence may take the epoch to the last one, which only the coordinator uses. Under
+        transaction version 2 the end bumps once more, as in Kafka (the fence, then the end's
+        own bump): one bump alone would make the fenced producer's EndTxn look like a retry of
+        this abort. Once the fenced epoch is exhausted that end moves to a new producer id, as
+        a producer's own end does (`_fence_rotates`, `fresh_producer_id`): its markers take
+        the last epoch and fence the old id for good."""
+        new = replace(meta, client_transaction_version=transaction_version)
+        new.producer_epoch = _bumped(meta.producer_epoch)
         if meta.taken_over:
-            meta.next_producer_epoch = _bumped(meta.next_producer_epoch)
-        return self._prepare(meta, S.PREPARE_ABORT, now_ms)
+            new.next_producer_epoch = _bumped(meta.next_producer_epoch)
+        if transaction_version >= 2:
+            if _fence_rotates(meta, transaction_version):
+                assert fresh_producer_id != NO_PRODUCER_ID, "the caller must allocate one"
+                new.next_producer_id = fresh_producer_id
+            new.producer_epoch = _bumped(new.producer_epoch)
+        return self._prepare(new, S.PREPARE_ABORT, now_ms)
 
     @staticmethod
     def _take_over(
@@ -601,7 +645,36 @@ def _end_again(state: S, commit: bool) -> ErrorCode:
 
 
 def _bumped(epoch: int) -> int:
-    return epoch + 1 if epoch < MAX_PRODUCER_EPOCH else epoch
+    """The next epoch, for the coordinator's own bumps: up to the last one, which no
+    producer is given (its id is then replaced by a new one, or is done with)."""
+    return min(epoch + 1, LAST_EPOCH)
+
+
+def _fence_rotates(meta: TransactionMetadata, transaction_version: int) -> bool:
+    """Whether the coordinator's own abort of the transaction moves it to a new producer id:
+    under transaction version 2 the end bumps the fenced epoch, and when that is exhausted
+    the id rotates, on the fence path too (recent Kafka: "rotate producer ID whenever the
+    current epoch is exhausted"). A transaction taken over (KIP-939) leaves its producer id
+    for the process that took it over anyway."""
+    return (
+        transaction_version >= 2
+        and not meta.taken_over
+        and meta.producer_epoch + 1 >= MAX_PRODUCER_EPOCH
+    )
+
+
+def _own_end_bump(old: TransactionMetadata, new: TransactionMetadata) -> bool:
+    """Whether `new` is the Prepare record of a version 2 end that the producer asked for:
+    one epoch up, where the coordinator's own aborts go up two (the fence first). From an
+    exhausted epoch both go to the last one only, but then the transaction moves to a new
+    producer id, for which the old id's epochs are no retry anyway."""
+    return (
+        new.state in _PREPARED
+        and new.transaction_v2
+        and old.state in (S.EMPTY, S.ONGOING, S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+        and new.producer_epoch == old.producer_epoch + 1
+        and not old.taken_over
+    )
 
 
 def _producer_error(

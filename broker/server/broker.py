@@ -201,7 +201,7 @@ class Broker:
                 self._every("log.cleaner.backoff.ms", self._clean_logs, in_thread=True),
                 self._every(
                     "transaction.abort.timed.out.transaction.cleanup.interval.ms",
-                    lambda now_ms: self.transaction_runtime.abort_timed_out(now_ms),
+                    self.transaction_runtime.abort_timed_out,
                 ),
                 self._every(
                     "transaction.remove.expired.transaction.cleanup.interval.ms",

@@ -18,7 +18,12 @@ from collections import defaultdict
 from kio.schema.errors import ErrorCode
 
 from broker.coordinator.runtime import Record
-from broker.coordinator.transaction_coordinator import MarkerJob, TransactionCoordinator, TxnResult
+from broker.coordinator.transaction_coordinator import (
+    NO_PRODUCER_ID,
+    MarkerJob,
+    TransactionCoordinator,
+    TxnResult,
+)
 from broker.coordinator.transaction_records import (
     TRANSACTION_STATE_TOPIC,
     decode_transaction_record,
@@ -91,6 +96,20 @@ class TransactionRuntime:
         await self.ensure_state_topic()
         return self.apply(op(_now_ms()))
 
+    async def run_with_producer_id(self, op):
+        """`run` for an operation that may move a producer to a new producer id:
+        `op(now_ms, fresh_producer_id)` runs without one first, and again with a newly
+        allocated one as long as the coordinator asks for one (`needs_producer_id`), so that
+        an id is used up only where one is needed (not by a zombie's or a retried request)."""
+        await self.ensure_state_topic()
+        fresh = NO_PRODUCER_ID
+        while True:
+            result = op(_now_ms(), fresh)
+            response = self.apply(result)
+            if not result.needs_producer_id:
+                return response
+            fresh = await self.broker.generate_producer_id()
+
     def run_sync(self, op):
         """`run` for a caller on a path that must not wait: the transactional id it names
         has state, so `__transaction_state` exists already."""
@@ -103,9 +122,15 @@ class TransactionRuntime:
             self._end(job, now_ms)
         return result.response
 
-    def abort_timed_out(self, now_ms: int) -> None:
+    async def abort_timed_out(self, now_ms: int) -> None:
+        """The transactions open longer than their timeout, as of `now_ms` (a transaction whose
+        abort moves it to a new producer id waits for the id's allocation)."""
         if self.broker.image.topic(TRANSACTION_STATE_TOPIC) is not None:
-            self.apply(self.coordinator.abort_timed_out(now_ms, self.transaction_version))
+            await self.run_with_producer_id(
+                lambda _, fresh: self.coordinator.abort_timed_out(
+                    now_ms, self.transaction_version, fresh
+                )
+            )
 
     def expire_transactional_ids(self, now_ms: int) -> None:
         if self.broker.image.topic(TRANSACTION_STATE_TOPIC) is not None:
@@ -149,9 +174,15 @@ class TransactionRuntime:
     # -- internals -----------------------------------------------------------------------------
 
     def _end(self, job: MarkerJob, now_ms: int) -> None:
+        """Write the markers, then complete the transaction. A marker a partition refuses (a
+        newer epoch of the producer, or coordinator, wrote there) leaves the transaction
+        prepared, as Kafka stops sending a transaction's markers then: completing it would
+        leave that partition's transaction open with nothing left to close it. A restart
+        writes the markers of a prepared transaction again."""
         coordinator_epoch = self.broker.replica_manager.leader_epoch
+        refused = False
         for topic, partition in sorted(job.partitions):
-            # A deleted topic has nothing left to mark; a refused marker is a stale one.
+            # A deleted topic has nothing left to mark.
             error = self.write_marker(
                 topic,
                 partition,
@@ -163,8 +194,10 @@ class TransactionRuntime:
                 job.transaction_version,
             )
             if error not in (ErrorCode.none, ErrorCode.unknown_topic_or_partition):
-                log.warning("marker for %s on %s-%d refused: %s", job, topic, partition, error)
-        self._append(self.coordinator.complete(job.transactional_id, now_ms), now_ms)
+                log.error("marker for %s on %s-%d refused: %s", job, topic, partition, error)
+                refused = True
+        if not refused:
+            self._append(self.coordinator.complete(job.transactional_id, now_ms), now_ms)
 
     def _append(self, records: list[Record], now_ms: int) -> None:
         if not records:

@@ -17,6 +17,21 @@ def topic_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
+def finalize_transaction_version(bootstrap: str, level: int) -> None:
+    """Finalize transaction.version `level` on the cluster, as kafka-features.sh does (a lower
+    level is a safe downgrade): 1 is a cluster that has not turned KIP-890's transactions v2
+    on, as one upgraded from Kafka 3.x runs until an operator raises it."""
+    from kafka.admin import KafkaAdminClient, UpdateFeatureType
+
+    kind = UpdateFeatureType.UPGRADE if level >= 2 else UpdateFeatureType.SAFE_DOWNGRADE
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        update = {"transaction.version": (kind, level)}
+        assert admin.update_features(update) == {"transaction.version": "OK"}
+    finally:
+        admin.close()
+
+
 def wait_until(predicate: Callable[[], object], timeout: float = 30, what: str = "condition"):
     """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout

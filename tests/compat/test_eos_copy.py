@@ -230,7 +230,7 @@ if __name__ == "__main__" and sys.argv[1:2] == ["copy"]:
 
 if __name__ != "__main__":
     import pytest
-    from compat_support import topic_name, wait_until
+    from compat_support import finalize_transaction_version, topic_name, wait_until
     from confluent_kafka import (
         OFFSET_BEGINNING,
         Consumer,
@@ -388,17 +388,6 @@ def committed_offsets(bootstrap: str, group: str, topic: str, stable: bool = Tru
         return {}
 
 
-def finalize_transaction_version_1(bootstrap: str) -> None:
-    from kafka.admin import KafkaAdminClient, UpdateFeatureType
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        downgrade = {"transaction.version": (UpdateFeatureType.SAFE_DOWNGRADE, 1)}
-        assert admin.update_features(downgrade) == {"transaction.version": "OK"}
-    finally:
-        admin.close()
-
-
 def describe(expected: list[bytes], got: list[bytes]) -> str:
     counts = Counter(got)
     duplicated = [v for v, c in counts.items() if c > 1]
@@ -424,7 +413,7 @@ def test_exactly_once_copy_survives_broker_and_copier_kills(
         "group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=1000"
     ).start()
     if transaction_version == 1:
-        finalize_transaction_version_1(broker.bootstrap)
+        finalize_transaction_version(broker.bootstrap, 1)
     source, sink = topic_name("eos-in"), topic_name("eos-out")
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     futures = admin.create_topics(

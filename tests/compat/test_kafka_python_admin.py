@@ -291,11 +291,15 @@ def test_describe_and_update_features(admin):
     assert admin.describe_features()["group.version"]["finalized"] == (1, 1)
     with pytest.raises(Errors.InvalidUpdateVersionError):
         admin.update_features({"transaction.version": 3})
-    assert admin.update_features(
-        {"transaction.version": (UpdateFeatureType.SAFE_DOWNGRADE, 1)}
-    ) == {"transaction.version": "OK"}
-    after = admin.describe_features()
-    assert after["transaction.version"]["finalized"] == (1, 1)
-    assert after["metadata.version"]["finalized_epoch"] == epoch + 1
-    # Back to the default: the broker is shared with the other tests.
-    assert admin.update_features({"transaction.version": 2}) == {"transaction.version": "OK"}
+    try:
+        assert admin.update_features(
+            {"transaction.version": (UpdateFeatureType.SAFE_DOWNGRADE, 1)}
+        ) == {"transaction.version": "OK"}
+        after = admin.describe_features()
+        assert after["transaction.version"]["finalized"] == (1, 1)
+        assert after["metadata.version"]["finalized_epoch"] == epoch + 1
+    finally:
+        # Back to the default whatever failed: the broker is shared with the other tests.
+        restored = admin.update_features({"transaction.version": 2})
+    assert restored == {"transaction.version": "OK"}
+    assert admin.describe_features()["transaction.version"]["finalized"] == (2, 2)

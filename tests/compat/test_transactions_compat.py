@@ -28,7 +28,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import TopicPartition as AIOTopicPartition
 from aiokafka.errors import ProducerFenced
 from broker_process import BrokerProcess
-from compat_support import topic_name, wait_until
+from compat_support import finalize_transaction_version, topic_name, wait_until
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
@@ -41,7 +41,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KPTopicPartition
-from kafka.admin import KafkaAdminClient, UpdateFeatureType
+from kafka.admin import KafkaAdminClient
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -72,12 +72,7 @@ def transaction_v1_broker(tmp_path_factory):
     """A broker whose cluster finalized transaction.version 1 (KIP-890's transactions v2
     off), as a cluster upgraded from Kafka 3.x runs until an operator raises it."""
     broker = BrokerProcess(tmp_path_factory.mktemp("txn-v1-logs")).start()
-    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
-    try:
-        downgrade = {"transaction.version": (UpdateFeatureType.SAFE_DOWNGRADE, 1)}
-        assert admin.update_features(downgrade) == {"transaction.version": "OK"}
-    finally:
-        admin.close()
+    finalize_transaction_version(broker.bootstrap, 1)
     yield broker
     assert broker.stop() == 0, "".join(broker.output[-50:])
 

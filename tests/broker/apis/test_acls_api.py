@@ -357,7 +357,9 @@ TOPIC_29, GROUP_30, CLUSTER_31, TXN_53 = (
 # (case id, request factory (topic id -> request), [(resource type, name, operation, the code
 # answered when that ACL alone is missing)], setup run before the first request)
 CASES = [
+    # The newest Produce names the topic by id (v13), v12 by name.
     ("Produce", sweep(0), [(R.TOPIC, TOPIC, Op.WRITE, TOPIC_29)], None),
+    ("Produce-v12", sweep(0, 12), [(R.TOPIC, TOPIC, Op.WRITE, TOPIC_29)], None),
     ("Produce-v2", sweep(0, 2), [(R.TOPIC, TOPIC, Op.WRITE, TOPIC_29)], None),
     (
         "Produce-transactional",
@@ -822,11 +824,13 @@ async def test_transaction_state_is_readable_with_read_but_never_writable(secure
     assert (await conn.send(fetch)).responses[0].partitions[0].error_code == TOPIC_29
     await broker.create_acls([acl(R.TOPIC, "__transaction_state", Op.ALL)])
     assert (await conn.send(fetch)).responses[0].partitions[0].error_code == ErrorCode.none
-    produce = FACTORIES[0](12, None)  # the last version naming topics by name
-    topic_data = dataclasses.replace(produce.topic_data[0], name="__transaction_state")
-    produce = dataclasses.replace(produce, topic_data=(topic_data,))
-    code = (await conn.send(produce)).responses[0].partition_responses[0].error_code
-    assert code == ErrorCode.invalid_topic_exception
+    # Up to v12 Produce names the topic, from v13 it gives its id: neither writes there.
+    for v, naming in ((12, {"name": "__transaction_state"}), (13, {"topic_id": state.topic_id})):
+        produce = FACTORIES[0](v, state.topic_id)
+        topic_data = dataclasses.replace(produce.topic_data[0], **naming)
+        produce = dataclasses.replace(produce, topic_data=(topic_data,))
+        code = (await conn.send(produce)).responses[0].partition_responses[0].error_code
+        assert code == ErrorCode.invalid_topic_exception, v
 
 
 async def test_super_users_and_allow_everyone_if_no_acl_found(tmp_path):

@@ -507,7 +507,7 @@ async def test_state_survives_a_restart_and_a_timed_out_transaction_is_aborted(t
         assert (meta.producer_id, meta.state.display_name) == (pid, "Ongoing")
         log = broker.replica_manager.log(TOPIC, 0)
         assert log.last_stable_offset == 0
-        broker.transaction_runtime.abort_timed_out(int(time.time() * 1000))
+        await broker.transaction_runtime.abort_timed_out(int(time.time() * 1000))
         # Transaction version 2 (the default) bumps twice: the fence and the end's own bump.
         assert broker.transaction_coordinator.transactions["t"].producer_epoch == epoch + 2
         assert log.last_stable_offset == log.high_watermark

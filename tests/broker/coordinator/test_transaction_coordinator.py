@@ -25,7 +25,8 @@ T0 = 1_000_000
 
 class Harness:
     """Applies results like the runtime: records through the codec and replay; markers are
-    'written' by recording them, then the transaction completes."""
+    'written' by recording them, then the transaction completes. New producer ids are handed
+    out as the runtime does, only when the coordinator asks for one (`next_pid` is the last)."""
 
     def __init__(self, **config) -> None:
         self.coordinator = TransactionCoordinator(TransactionCoordinatorConfig(**config))
@@ -47,11 +48,22 @@ class Harness:
                 self._replay(self.coordinator.complete(job.transactional_id, now_ms))
         return result.response
 
+    def with_producer_id(self, op, *, complete=True):
+        """TransactionRuntime.run_with_producer_id: `op(fresh)` without a new producer id,
+        then with one as long as the coordinator asks for it."""
+        fresh = -1
+        while True:
+            result = op(fresh)
+            response = self.apply(result, complete=complete)
+            if not result.needs_producer_id:
+                return response
+            self.next_pid += 1
+            fresh = self.next_pid
+
     def init(self, txn="t", timeout_ms=60_000, pid=-1, epoch=-1, now_ms=T0, **two_phase):
-        self.next_pid += 1
-        return self.apply(
-            self.coordinator.init_producer_id(
-                txn, timeout_ms, pid, epoch, self.next_pid, now_ms, **two_phase
+        return self.with_producer_id(
+            lambda fresh: self.coordinator.init_producer_id(
+                txn, timeout_ms, pid, epoch, fresh, now_ms, **two_phase
             )
         )
 
@@ -63,18 +75,22 @@ class Harness:
 
     def end_v(self, txn, pid, epoch, commit, now_ms=T0, *, complete=True, version=0):
         """The whole EndTxn answer; `version` 2 is EndTxn v5 (KIP-890 part 2)."""
-        self.next_pid += 1
-        return self.apply(
-            self.coordinator.end_transaction(
+        return self.with_producer_id(
+            lambda fresh: self.coordinator.end_transaction(
                 txn,
                 pid,
                 epoch,
                 commit,
                 now_ms,
                 transaction_version=version,
-                fresh_producer_id=self.next_pid,
+                fresh_producer_id=fresh,
             ),
             complete=complete,
+        )
+
+    def abort_timed_out(self, now_ms, version=0):
+        return self.with_producer_id(
+            lambda fresh: self.coordinator.abort_timed_out(now_ms, version, fresh)
         )
 
     def state(self, txn="t"):

@@ -122,7 +122,10 @@ def test_a_take_over_at_the_exhausted_epoch_moves_to_a_new_producer_id():
     meta = h.coordinator.transactions["t"]
     assert (meta.producer_id, meta.producer_epoch) == (kept.producer_id, 0)
     assert meta.previous_producer_id == p.producer_id
-    assert h.coordinator.transactional_id_of(kept.producer_id) == "t"
+    # The markers fence the process that prepared it with the epoch above its last one.
+    assert h.markers[-1].producer_epoch == MAX_PRODUCER_EPOCH + 1
+    restarted = h.replayed().transactions["t"]
+    assert (restarted.producer_id, restarted.producer_epoch) == (kept.producer_id, 0)
 
 
 def test_a_new_instance_without_keep_aborts_a_taken_over_transaction_and_fences_both():
