@@ -1,5 +1,6 @@
 """The exactly-once copier of test_eos_copy.py written with Fjord's own client: a read_committed
-`broker.client.Consumer` in a group without auto-commit and a transactional
+`broker.client.Consumer` in a group without auto-commit (a consumer-protocol member, whose
+session timeout the test sets on the broker) and a transactional
 `broker.client.Producer` that sends the consumer's positions with send_offsets_to_transaction
 and commits every TXN_RECORDS records.
 
@@ -28,10 +29,9 @@ from broker.client.errors import (
     TransactionAbortableError,
 )
 
-# The same pacing, batch size and timeouts as the confluent-kafka copier.
+# The same pacing, batch size and transaction timeout as the confluent-kafka copier.
 COPY_RATE = 5000
 TXN_RECORDS = 2000
-SESSION_TIMEOUT_MS = 6000
 COPIER_TXN_TIMEOUT_MS = 30_000
 FATAL_EXIT = 3
 RETRIES = 600
@@ -72,14 +72,15 @@ async def call(what: str, op):
 
 async def copy(bootstrap: str, source: str, sink: str, group: str, txn_id: str) -> None:
     state = {"open": False, "pending": 0, "generation": 0}
+    # The consumer protocol takes the session timeout and heartbeat interval from the broker
+    # (group.consumer.*): a client-side session_timeout_ms would be ignored.
     consumer = Consumer(
         bootstrap,
         group_id=group,
+        group_protocol="consumer",
         isolation_level="read_committed",
         enable_auto_commit=False,
         auto_offset_reset="earliest",
-        session_timeout_ms=SESSION_TIMEOUT_MS,
-        heartbeat_interval_ms=500,
     )
     producer = Producer(
         bootstrap,

@@ -42,6 +42,7 @@ COPY_RATE = 5000
 EVENTS = ["broker", "copier"] * 3
 MAX_UNPLANNED_EXITS = 10
 SESSION_TIMEOUT_MS = 6000
+HEARTBEAT_INTERVAL_MS = 500
 COPIER_TXN_TIMEOUT_MS = 30_000
 FATAL_EXIT = 3
 # For every librdkafka client that lives through a broker kill: reconnect soon after the
@@ -105,7 +106,7 @@ def copier(bootstrap: str, source: str, sink: str, group: str, txn_id: str) -> i
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "session.timeout.ms": SESSION_TIMEOUT_MS,
-            "heartbeat.interval.ms": 500,
+            "heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS,
             **THROUGH_KILLS,
             "error_cb": lambda err: log("consumer error:", err),
         }
@@ -410,7 +411,15 @@ def test_exactly_once_copy_survives_broker_and_copier_kills(
     make_broker_process, copier, transaction_version
 ):
     broker = make_broker_process(
-        "group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=1000"
+        "group.initial.rebalance.delay.ms=0",
+        "group.min.session.timeout.ms=1000",
+        # Fjord's copier is a consumer-protocol member, whose session timeout and heartbeat
+        # interval are the broker's (45 s and 5 s by default): the classic copier's here, so
+        # that a killed copier's partitions move to the next one as soon with either client.
+        f"group.consumer.session.timeout.ms={SESSION_TIMEOUT_MS}",
+        f"group.consumer.min.session.timeout.ms={SESSION_TIMEOUT_MS}",
+        f"group.consumer.heartbeat.interval.ms={HEARTBEAT_INTERVAL_MS}",
+        f"group.consumer.min.heartbeat.interval.ms={HEARTBEAT_INTERVAL_MS}",
     ).start()
     if transaction_version == 1:
         finalize_transaction_version(broker.bootstrap, 1)
