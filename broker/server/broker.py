@@ -73,6 +73,8 @@ class Broker:
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self.metrics.add_fetch_session_gauges(self.fetch_sessions)
         self.connections: set[KafkaConnection] = set()
+        # Connections over their address's connection_creation_rate, held until closed.
+        self.held_connections: set[KafkaConnection] = set()
         self.connection_quotas = ConnectionQuotas(config)
         self.quotas = BrokerQuotas(
             config["quota.window.num"],
@@ -224,7 +226,7 @@ class Broker:
             server.close()
         for task in self._background:
             task.cancel()
-        for conn in list(self.connections):
+        for conn in [*self.connections, *self.held_connections]:
             conn.close()
         for server in self._servers:
             await server.wait_closed()

@@ -136,6 +136,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.info("closing connection from %s: over its connection_creation_rate", self.peer)
             self.broker.connection_quotas.release(self.peer, self.listener)
             transport.pause_reading()
+            self.broker.held_connections.add(self)  # closed by the broker's stop, if not before
             asyncio.get_running_loop().call_later(throttle_ms / 1000, self.close)
             return
         self._admitted = True
@@ -157,6 +158,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc) -> None:
         self._closed = True
         if not self._admitted:
+            self.broker.held_connections.discard(self)
             return
         self.broker.connection_quotas.release(self.peer, self.listener)
         for timer in (self._idle_timer, self._mute_timer):

@@ -180,9 +180,13 @@ async def test_connections_over_their_address_rate_are_closed(tmp_path):
                 await asyncio.sleep(0.01)
             assert throttled == {"127.0.0.1": 3}
             assert len(broker.connections) == 1 + 10  # the fixture's connection and 10 new
+            assert len(broker.held_connections) == 3
             # A throttled connection is closed, unserved, once its throttle time is over.
             reader = opened[-1][0]
             assert await asyncio.wait_for(reader.read(), timeout=30) == b""
+            while broker.held_connections:
+                assert loop.time() < deadline + 30, "held connections were not closed"
+                await asyncio.sleep(0.01)
         finally:
             for _, writer in opened:
                 writer.close()
