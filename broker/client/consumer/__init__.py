@@ -30,7 +30,12 @@ from kio.schema.errors import ErrorCode
 
 from broker.client.cluster import GROUP_KEY
 from broker.client.consumer.classic_coordinator import ClassicCoordinator
-from broker.client.consumer.config import CLASSIC, CONSUMER, CONSUMER_OPTIONS
+from broker.client.consumer.config import (
+    CLASSIC,
+    CLASSIC_ONLY_OPTIONS,
+    CONSUMER,
+    CONSUMER_OPTIONS,
+)
 from broker.client.consumer.consumer_coordinator import (
     CONSUMER_GROUP_HEARTBEAT,
     ConsumerCoordinator,
@@ -105,6 +110,12 @@ class Consumer:
         """Options are the Java consumer's properties with dots as underscores (see
         config.py); an unknown one or a bad value raises ConfigError."""
         self.config = parse_options(CONSUMER_OPTIONS, options)
+        if self.config.group_protocol == CONSUMER:
+            # As Kafka 4's ConsumerConfig: under KIP-848 the broker decides these (the group's
+            # group.consumer.* configs), so a value given here would be silently ignored.
+            for name in CLASSIC_ONLY_OPTIONS:
+                if name in options:
+                    raise ConfigError(name, "cannot be set when group.protocol=consumer")
         common = {name: getattr(self.config, name) for name in COMMON_OPTIONS}
         common["client_id"] = self.config.client_id or self.DEFAULT_CLIENT_ID
         if self.config.enable_parallel_rebalance and self.config.group_id is None:

@@ -19,6 +19,12 @@ from broker.client.options import (
 from broker.client.record_decoder import ISOLATION_LEVELS
 
 CLASSIC, CONSUMER = "classic", "consumer"
+# Options of the classic protocol that the consumer protocol leaves to the broker.
+CLASSIC_ONLY_OPTIONS = (
+    "session_timeout_ms",
+    "heartbeat_interval_ms",
+    "partition_assignment_strategy",
+)
 
 
 def assignor_names(value: Any) -> list[str]:

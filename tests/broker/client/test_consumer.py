@@ -128,6 +128,17 @@ def test_options_are_checked_at_construction():
     assert (c.config.max_poll_records, c.config.session_timeout_ms) == (500, 45000)
 
 
+@pytest.mark.parametrize(
+    "option", ["session_timeout_ms", "heartbeat_interval_ms", "partition_assignment_strategy"]
+)
+def test_classic_options_are_refused_with_the_consumer_protocol(option):
+    """The broker decides them under KIP-848: a value would be silently ignored."""
+    value = "range" if option == "partition_assignment_strategy" else 6000
+    with pytest.raises(ConfigError, match=f"{option}.*cannot be set when group.protocol=consumer"):
+        Consumer("127.0.0.1:9", group_protocol="consumer", **{option: value})
+    assert Consumer("127.0.0.1:9", group_protocol="classic", **{option: value})
+
+
 # -- without a group ------------------------------------------------------------------------
 
 
