@@ -26,9 +26,8 @@ def handle_offset_for_leader_epoch(broker, ctx: RequestContext, request) -> obje
             if code == ErrorCode.none:
                 code = rm.check_leader_epoch(p.current_leader_epoch)
             epoch = end_offset = -1
-            # Every batch on this single node was written in the one epoch the partition has had.
-            if code == ErrorCode.none and p.leader_epoch == rm.leader_epoch:
-                epoch, end_offset = rm.leader_epoch, log.log_end_offset
+            if code == ErrorCode.none:
+                epoch, end_offset = log.end_offset_for_epoch(p.leader_epoch)
             partitions.append(
                 ctx.response(
                     "EpochEndOffset",

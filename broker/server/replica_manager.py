@@ -124,11 +124,14 @@ class ReplicaManager:
     # -- partitions --------------------------------------------------------------------------
 
     def open_partitions(self, topic: TopicMetadata) -> None:
-        """Create the logs of every partition of `topic` that has none yet."""
+        """Create the logs of every partition of `topic` that has none yet, and lead them
+        all: each log's epoch cache learns the leader epoch (a no-op once it has it)."""
         config = self.log_config(topic)
         for partition in range(topic.partitions):
-            if self.log_manager.get(topic.name, partition) is None:
-                self.log_manager.create(topic.name, partition, config)
+            log = self.log_manager.get(topic.name, partition)
+            if log is None:
+                log = self.log_manager.create(topic.name, partition, config)
+            log.assign_epoch_start_offset(self.leader_epoch)
 
     def release_waiters(self, topic: TopicMetadata) -> None:
         """Answer the fetches parked on a deleted topic now (they find it gone)."""

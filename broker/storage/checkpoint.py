@@ -1,8 +1,10 @@
-"""Kafka's offset checkpoint files (recovery-point-offset-checkpoint, log-start-offset-checkpoint).
+"""Kafka's checkpoint files: the offset ones (recovery-point-offset-checkpoint,
+log-start-offset-checkpoint, cleaner-offset-checkpoint) and, through write_lines/read_lines,
+leader-epoch-checkpoint.
 
-Text: a version line ("0"), an entry count, then one "topic partition offset" line per entry.
-Written to a temp file, fsynced, renamed over the old one and the directory fsynced, so a
-crash leaves either the old or the new file, never a mix.
+Text: a version line ("0"), an entry count, then one line per entry ("topic partition offset"
+for the offset files). Written to a temp file, fsynced, renamed over the old one and the
+directory fsynced, so a crash leaves either the old or the new file, never a mix.
 """
 
 from __future__ import annotations
@@ -19,9 +21,8 @@ class CorruptCheckpointError(ValueError):
     pass
 
 
-def write_checkpoint(path: Path, offsets: Mapping[TopicPartition, int]) -> None:
-    lines = [str(CHECKPOINT_VERSION), str(len(offsets))]
-    lines += [f"{topic} {partition} {offset}" for (topic, partition), offset in offsets.items()]
+def write_lines(path: Path, entries: list[str]) -> None:
+    lines = [str(CHECKPOINT_VERSION), str(len(entries)), *entries]
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -33,27 +34,46 @@ def write_checkpoint(path: Path, offsets: Mapping[TopicPartition, int]) -> None:
     fsync_directory(path.parent)
 
 
-def read_checkpoint(path: Path) -> dict[TopicPartition, int]:
-    """Entries of a checkpoint file; {} if it does not exist. Raises CorruptCheckpointError."""
+def read_lines(path: Path) -> list[str] | None:
+    """The entry lines of a checkpoint file; None if it does not exist. Raises
+    CorruptCheckpointError for an unknown version or fewer entries than its count says."""
     try:
         text = path.read_text()
     except FileNotFoundError:
-        return {}
+        return None
+    except UnicodeDecodeError as exc:
+        raise CorruptCheckpointError(f"{path}: not text: {exc}") from exc
     lines = text.splitlines()
     try:
-        if int(lines[0]) != CHECKPOINT_VERSION:
-            raise CorruptCheckpointError(f"{path}: unknown version {lines[0]}")
-        count = int(lines[1])
-        entries: dict[TopicPartition, int] = {}
-        for line in lines[2 : 2 + count]:
-            topic, partition, offset = line.split(" ")
-            entries[(topic, int(partition))] = int(offset)
+        version, count = int(lines[0]), int(lines[1])
     except (IndexError, ValueError) as exc:
-        if isinstance(exc, CorruptCheckpointError):
-            raise
         raise CorruptCheckpointError(f"{path}: malformed checkpoint: {exc}") from exc
+    if version != CHECKPOINT_VERSION:
+        raise CorruptCheckpointError(f"{path}: unknown version {lines[0]}")
+    entries = lines[2 : 2 + count]
     if len(entries) != count:
         raise CorruptCheckpointError(f"{path}: expected {count} entries, found {len(entries)}")
+    return entries
+
+
+def write_checkpoint(path: Path, offsets: Mapping[TopicPartition, int]) -> None:
+    write_lines(path, [f"{t} {p} {offset}" for (t, p), offset in offsets.items()])
+
+
+def read_checkpoint(path: Path) -> dict[TopicPartition, int]:
+    """Entries of a checkpoint file; {} if it does not exist. Raises CorruptCheckpointError."""
+    lines = read_lines(path)
+    if lines is None:
+        return {}
+    entries: dict[TopicPartition, int] = {}
+    try:
+        for line in lines:
+            topic, partition, offset = line.split(" ")
+            entries[(topic, int(partition))] = int(offset)
+    except ValueError as exc:
+        raise CorruptCheckpointError(f"{path}: malformed checkpoint: {exc}") from exc
+    if len(entries) != len(lines):
+        raise CorruptCheckpointError(f"{path}: expected {len(lines)} entries, found {len(entries)}")
     return entries
 
 

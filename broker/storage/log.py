@@ -15,6 +15,7 @@ from pathlib import Path
 
 from broker.records.batch import (
     BATCH_HEADER_SIZE,
+    MAGIC_V2,
     BatchHeader,
     iter_batches,
     read_entry_header,
@@ -27,6 +28,11 @@ from broker.records.legacy import MAGIC_V0, LegacyAppend
 from broker.storage.checkpoint import fsync_directory
 from broker.storage.config import LogConfig
 from broker.storage.errors import OffsetOutOfRangeError
+from broker.storage.leader_epoch_cache import (
+    LEADER_EPOCH_CHECKPOINT,
+    UNDEFINED_EPOCH,
+    LeaderEpochCache,
+)
 from broker.storage.producer_state import (
     SNAPSHOT_SUFFIX,
     CompletedTxn,
@@ -95,6 +101,7 @@ class Log:
         self._dir_dirty = False  # created or renamed files the directory entry must persist
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self.producer_state = ProducerStateManager()
+        self.leader_epochs = LeaderEpochCache(directory / LEADER_EPOCH_CHECKPOINT)
         # Base offsets of the segments whose txn index has entries, ascending: read_committed
         # fetches look only at these, so logs without aborted transactions pay nothing.
         self._aborted_bases: list[int] = []
@@ -167,6 +174,7 @@ class Log:
         log._recovery_point = max(log._log_start_offset, min(recovery_point, log._log_end_offset))
         log._high_watermark = log._log_end_offset
         log._load_producer_state(rebuild_txn_index)
+        log._load_leader_epochs(rebuild_txn_index)
         active = log._segments[-1]
         if active.base_offset not in rebuild_txn_index:
             active.txn_index.truncate_to(log._log_end_offset)
@@ -239,6 +247,23 @@ class Log:
                         self._dir_dirty = True
         self.producer_state = state
 
+    def _load_leader_epochs(self, rescanned: Set[int]) -> None:
+        """Kafka's LogLoader: the checkpointed epochs plus those of the batches recovery
+        rescanned (written after the checkpoint, maybe), cut to the recovered log end and the
+        log start. A missing or corrupt checkpoint is rebuilt from every batch."""
+        cache, read = LeaderEpochCache.load(self.leader_epochs.path)
+        for segment in self._segments:
+            if not read or segment.base_offset in rescanned:
+                for _, header in segment.batches_from(0):
+                    # Only ever newer epochs, as Kafka's LogSegment.recover: a batch carrying
+                    # an older one than the checkpoint's latest must not cut the cache.
+                    epoch = header.partition_leader_epoch
+                    if header.magic >= MAGIC_V2 and epoch > cache.latest_epoch:
+                        cache.assign(epoch, header.base_offset)
+        cache.truncate_from_end(self._log_end_offset)
+        cache.truncate_from_start(self._log_start_offset)
+        self.leader_epochs = cache
+
     def take_producer_snapshot(self, *, sync: bool = False) -> None:
         """Write the producer state as of the log end offset (`<offset>.snapshot`), so that
         loading replays only the batches after it. Written aside and renamed: a reader sees
@@ -305,6 +330,17 @@ class Log:
     def producers(self) -> list[ProducerSnapshot]:
         """The producers with state on this partition (DescribeProducers)."""
         return self.producer_state.active_producers()
+
+    def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) for OffsetForLeaderEpoch: LeaderEpochCache.end_offset_for."""
+        with self._lock:
+            return self.leader_epochs.end_offset_for(leader_epoch, self._log_end_offset)
+
+    def assign_epoch_start_offset(self, leader_epoch: int) -> None:
+        """Kafka's Partition.makeLeader: the new leader's epoch starts at the log end, so a
+        follower holding writes of an older epoch beyond it learns where to truncate."""
+        with self._lock:
+            self.leader_epochs.assign(leader_epoch, self._log_end_offset)
 
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark (replication drives it later), kept within [start, end]."""
@@ -376,8 +412,13 @@ class Log:
                 max_timestamp, log_append_time = header.max_timestamp, -1
             if leader_epoch is not None:
                 struct.pack_into(">i", head, 12, leader_epoch)
+            else:
+                leader_epoch = header.partition_leader_epoch
             segment = self._maybe_roll(size, max_timestamp, last_offset, now_ms)
             segment.append([head, view[len(head) : size]], size, last_offset, max_timestamp)
+            # Kafka's maybeAssignEpochStartOffset; batches without an epoch (-1) record none.
+            if leader_epoch != self.leader_epochs.latest_epoch and leader_epoch >= 0:
+                self.leader_epochs.assign(leader_epoch, base_offset)
             self._log_end_offset = last_offset + 1
             self._high_watermark = self._log_end_offset  # single node: every write is committed
             self._unflushed_messages += header.last_offset_delta + 1
@@ -409,6 +450,16 @@ class Log:
             max_timestamp = max(ts for _, _, ts in entries)
             segment = self._maybe_roll(len(data), max_timestamp, last_offset, now_ms)
             segment.append_entries(data, entries)
+            if self.leader_epochs.latest_epoch != UNDEFINED_EPOCH:
+                # Kafka's answer to a magic 0/1 append: such entries carry no epoch, so the
+                # cache can no longer tell epochs' ends; truncation falls back to the high
+                # watermark, and OffsetForLeaderEpoch answers UNDEFINED.
+                logger.warning(
+                    "%s: clearing the leader epoch cache after an append in magic %d",
+                    self.directory.name,
+                    message_set.magic,
+                )
+                self.leader_epochs.clear()
             self._log_end_offset = last_offset + 1
             self._high_watermark = self._log_end_offset
             self._unflushed_messages += message_set.count
@@ -724,6 +775,7 @@ class Log:
     def _advance_log_start_offset(self, offset: int) -> None:
         if offset > self._log_start_offset:
             self._log_start_offset = offset
+            self.leader_epochs.truncate_from_start(offset)
             self._high_watermark = max(self._high_watermark, offset)
             self._recovery_point = max(self._recovery_point, offset)
 
@@ -828,9 +880,10 @@ class Log:
     def flush(self, offset: int | None = None) -> None:
         """fsync segments holding offsets below `offset` (default: everything) and advance
         the recovery point there. Safe to run in a worker thread next to appends."""
+        epochs = self.leader_epochs
         with self._lock:
             target = self._log_end_offset if offset is None else min(offset, self._log_end_offset)
-            if target <= self._recovery_point and not self._dir_dirty:
+            if target <= self._recovery_point and not self._dir_dirty and not epochs.dirty:
                 return
             segments = self._segments
             to_sync = []
@@ -843,6 +896,9 @@ class Log:
                 self._unflushed_messages = 0
         for segment in to_sync:
             segment.flush()
+        # Before the recovery point passes `target`: recovery re-reads epochs only from the
+        # batches after it, so the checkpoint must hold every epoch begun below it.
+        epochs.write_checkpoint(self._lock)
         if dir_dirty:
             fd = os.open(self.directory, os.O_RDONLY)
             try:
