@@ -26,7 +26,12 @@ def write_lines(path: Path, entries: list[str]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, ("\n".join(lines) + "\n").encode())
+        data = memoryview(("\n".join(lines) + "\n").encode())
+        while data:  # a short write (a full disk) must not leave a shorter, parsable file
+            written = os.write(fd, data)
+            if written == 0:
+                raise OSError(f"{tmp}: no byte written")
+            data = data[written:]
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -5,9 +5,8 @@ OffsetForLeaderEpoch rely on. Plain state: the owning Log mutates it under its l
 when to persist it (`write_checkpoint`, from flush), so appends never wait for the disk.
 Kafka fsyncs on every new epoch instead; here a crash may lose entries written since the last
 flush, which is safe because flush writes the checkpoint before moving the recovery point
-past the data, and recovery re-assigns the epochs of the batches it rescans. (One gap: an
-epoch begun in unflushed data that DeleteRecords or retention then passes, before a flush,
-is lost in a crash; the new first entry then names the older epoch.)
+past the data, and recovery re-assigns the epochs of the batches it rescans (moving the log
+start moves the recovery point there, so the segment holding the new start is rescanned).
 
 The checkpoint file is Kafka's leader-epoch-checkpoint: "0", the entry count, then one
 "epoch start_offset" line per entry.
@@ -46,6 +45,7 @@ class LeaderEpochCache:
         # Entries changed since the checkpoint was last written (or it was never read).
         self.dirty = True
         self._checkpoint_lock = threading.Lock()
+        self._stopped = False  # the log is being deleted: its directory is no longer `path`
 
     @classmethod
     def load(cls, path: Path) -> tuple[LeaderEpochCache, bool]:
@@ -179,7 +179,7 @@ class LeaderEpochCache:
         writers go one at a time so an older copy never lands over a newer one."""
         with self._checkpoint_lock:
             with guard:
-                if not self.dirty:
+                if not self.dirty or self._stopped:
                     return
                 self.dirty = False
                 lines = [f"{e.epoch} {e.start_offset}" for e in self._entries]
@@ -188,6 +188,12 @@ class LeaderEpochCache:
             except BaseException:
                 self.dirty = True
                 raise
+
+    def stop_checkpoints(self) -> None:
+        """No more checkpoint writes, once any in flight is done: the log's directory is about
+        to be renamed for deletion, and a topic created again under the name owns `path`."""
+        with self._checkpoint_lock:
+            self._stopped = True
 
 
 def read_leader_epoch_checkpoint(path: Path) -> list[EpochEntry] | None:

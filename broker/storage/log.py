@@ -167,7 +167,8 @@ class Log:
         if not segments:
             segments.append(LogSegment.create(directory, max(0, log_start_offset), config, now))
         log = cls(directory, config, segments)
-        if log_start_offset > log._log_end_offset:
+        started_over = log_start_offset > log._log_end_offset
+        if started_over:
             # The checkpointed start lies past what survived: start over at that offset.
             log._replace_all_segments(log_start_offset, now)
         log._log_start_offset = max(log_start_offset, log._segments[0].base_offset)
@@ -175,6 +176,8 @@ class Log:
         log._high_watermark = log._log_end_offset
         log._load_producer_state(rebuild_txn_index)
         log._load_leader_epochs(rebuild_txn_index)
+        if started_over:
+            log.leader_epochs.clear()  # nothing of any epoch is left (Kafka's LogLoader)
         active = log._segments[-1]
         if active.base_offset not in rebuild_txn_index:
             active.txn_index.truncate_to(log._log_end_offset)
@@ -340,7 +343,9 @@ class Log:
         """Kafka's Partition.makeLeader: the new leader's epoch starts at the log end, so a
         follower holding writes of an older epoch beyond it learns where to truncate."""
         with self._lock:
-            self.leader_epochs.assign(leader_epoch, self._log_end_offset)
+            # A log kept in magic 0/1 has no epochs to record (Kafka keeps no cache for one).
+            if self.config.message_format_magic >= MAGIC_V2:
+                self.leader_epochs.assign(leader_epoch, self._log_end_offset)
 
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark (replication drives it later), kept within [start, end]."""

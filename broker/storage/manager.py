@@ -162,6 +162,7 @@ class LogManager:
             if log is None or log_dir is None:
                 return
             doomed = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+            log.leader_epochs.stop_checkpoints()
             os.rename(log.directory, doomed)
             fsync_directory(log_dir)
             log.directory = doomed

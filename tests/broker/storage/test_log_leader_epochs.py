@@ -12,8 +12,12 @@ from test_cleaner import COMPACT, clean
 
 from broker.records.batch import build_batch, iter_batches, read_header, validate_produce_batch
 from broker.records.legacy import to_legacy
-from broker.storage import Log, LogConfig
-from broker.storage.leader_epoch_cache import LEADER_EPOCH_CHECKPOINT
+from broker.storage import Log, LogConfig, LogManager
+from broker.storage.leader_epoch_cache import (
+    LEADER_EPOCH_CHECKPOINT,
+    EpochEntry,
+    read_leader_epoch_checkpoint,
+)
 
 T0 = 1_700_000_000_000
 SMALL = LogConfig(segment_bytes=1024, index_interval_bytes=200, file_delete_delay_ms=0)
@@ -201,3 +205,28 @@ def test_each_batch_is_stored_with_the_epoch_the_cache_records(log):
         (0, 2),
         (2, 6),
     ]
+
+
+def test_a_deleted_log_writes_no_checkpoint_over_a_topic_created_again(tmp_path):
+    """The deleted log's cache still says its old directory: a flush after the delete must
+    not write there, where the topic created again under the name keeps its own."""
+    manager = LogManager([tmp_path])
+    manager.load(lambda topic: SMALL)
+    old = manager.create("t", 0, SMALL)
+    append(old, 5)
+    manager.delete("t", 0)
+    new = manager.create("t", 0, SMALL)
+    append(new, 0)
+    new.flush()
+    old.flush()  # a flush round that still held the deleted log
+    assert read_leader_epoch_checkpoint(new.directory / LEADER_EPOCH_CHECKPOINT) == [
+        EpochEntry(0, 0)
+    ]
+    manager.close()
+
+
+def test_a_log_kept_in_an_old_format_records_no_epoch(tmp_path):
+    legacy = dataclasses.replace(SMALL, message_format_version="0.10.2")
+    log = Log.open(tmp_path / "t-0", legacy, clean_shutdown=True, now_ms=T0)
+    log.assign_epoch_start_offset(3)
+    assert entries(log) == []
