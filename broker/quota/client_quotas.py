@@ -235,6 +235,11 @@ class ClientQuotas:
         """Whether any entity has this quota: without one nothing is measured (as Kafka)."""
         return key in self._by_key
 
+    @property
+    def any_set(self) -> bool:
+        """Whether any quota at all is set: every response asks, most brokers have none."""
+        return bool(self._by_key)
+
     def resolve(self, key: str, user: str, client_id: str) -> tuple[tuple[str, str], float | None]:
         """The metric tags (user, client id) this client's usage is counted under, and the
         quota that applies to them (None: unlimited), in Kafka's order of precedence."""

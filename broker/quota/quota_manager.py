@@ -285,6 +285,8 @@ class BrokerQuotas:
     ) -> int:
         """Record one request's usage; the throttle time its response carries. The quota that
         asks for the longest wait is the one whose metrics count the throttling, as Kafka."""
+        if not self.configs.any_set:
+            return 0
         worst: tuple[ClientQuotaManager, tuple[str, str], int] | None = None
         usages = []
         if produced_bytes:

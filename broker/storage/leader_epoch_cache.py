@@ -96,15 +96,6 @@ class LeaderEpochCache:
             return requested_epoch, higher.start_offset
         return floor.epoch, higher.start_offset
 
-    def epoch_for_offset(self, offset: int) -> int | None:
-        """The epoch the record at `offset` was written in; None below the first entry."""
-        found = None
-        for entry in self._entries:
-            if entry.start_offset > offset:
-                break
-            found = entry.epoch
-        return found
-
     # ---- changes -----------------------------------------------------------------------
 
     def assign(self, epoch: int, start_offset: int) -> bool:

@@ -45,6 +45,26 @@ async def init(client, txn="t"):
     return response.producer_id, response.producer_epoch
 
 
+async def commit_offset_v5(client, pid, epoch, offset) -> ErrorCode:
+    """TxnOffsetCommit v5 of `offset` for group "g" in transaction "t"; its error."""
+    response = await client.send(
+        txn_offset_commit("t", pid, epoch, "g", offset, v=TV2_TXN_OFFSET_COMMIT)
+    )
+    return response.topics[0].partitions[0].error_code
+
+
+async def committed_offset(client) -> int:
+    """Group "g"'s committed offset (-1 while a transaction holds it)."""
+    fetched = await client.send(offset_fetch("g"))
+    return fetched.groups[0].topics[0].partitions[0].committed_offset
+
+
+def offsets_partition_in_transaction(broker) -> bool:
+    partition = broker.group_coordinator.partition_for("g")
+    partitions = broker.transaction_coordinator.transactions["t"].partitions
+    return partitions == {("__consumer_offsets", partition)}
+
+
 async def end(client, txn, pid, epoch, commit):
     return await client.send(end_txn(txn, pid, epoch, commit, v=TV2_END_TXN))
 
@@ -131,24 +151,14 @@ async def test_init_producer_id_fences_a_transaction_version_2_producer(broker, 
 async def test_txn_offset_commit_v5_adds_the_groups_partition(broker, broker_client):
     await broker.create_topic(TOPIC, 1, {})
     pid, epoch = await init(broker_client)
-    committed = await broker_client.send(
-        txn_offset_commit("t", pid, epoch, "g", 42, v=TV2_TXN_OFFSET_COMMIT)
-    )
-    assert committed.topics[0].partitions[0].error_code == ErrorCode.none
-    partition = broker.group_coordinator.partition_for("g")
-    meta = broker.transaction_coordinator.transactions["t"]
-    assert meta.partitions == {("__consumer_offsets", partition)}
-    pending = await broker_client.send(offset_fetch("g"))
-    assert pending.groups[0].topics[0].partitions[0].committed_offset == -1
+    assert await commit_offset_v5(broker_client, pid, epoch, 42) == ErrorCode.none
+    assert offsets_partition_in_transaction(broker)
+    assert await committed_offset(broker_client) == -1
     ended = await end(broker_client, "t", pid, epoch, True)
     assert (ended.error_code, ended.producer_epoch) == (ErrorCode.none, epoch + 1)
-    fetched_offsets = await broker_client.send(offset_fetch("g"))
-    assert fetched_offsets.groups[0].topics[0].partitions[0].committed_offset == 42
+    assert await committed_offset(broker_client) == 42
     # The old epoch cannot commit offsets into the next transaction.
-    stale = await broker_client.send(
-        txn_offset_commit("t", pid, epoch, "g", 43, v=TV2_TXN_OFFSET_COMMIT)
-    )
-    assert stale.topics[0].partitions[0].error_code == ErrorCode.producer_fenced
+    assert await commit_offset_v5(broker_client, pid, epoch, 43) == ErrorCode.producer_fenced
 
 
 async def test_version_1_requests_still_work_on_a_version_2_cluster(broker, broker_client):
@@ -171,18 +181,11 @@ async def test_a_version_1_cluster_refuses_produce_v12_and_serves_end_txn_v5(bro
     pid, epoch = await init(broker_client)
     produced = await produce(broker_client, txn_batch(pid, epoch, 0), txn="t", v=TV2_PRODUCE)
     assert produced.error_code == ErrorCode.unsupported_version
-    committed = await broker_client.send(
-        txn_offset_commit("t", pid, epoch, "g", 1, v=TV2_TXN_OFFSET_COMMIT)
-    )
-    assert committed.topics[0].partitions[0].error_code == ErrorCode.none
-    partition = broker.group_coordinator.partition_for("g")
-    meta = broker.transaction_coordinator.transactions["t"]
-    assert meta.partitions == {("__consumer_offsets", partition)}
+    assert await commit_offset_v5(broker_client, pid, epoch, 1) == ErrorCode.none
+    assert offsets_partition_in_transaction(broker)
     ended = await end(broker_client, "t", pid, epoch, True)
     assert (ended.error_code, ended.producer_id, ended.producer_epoch) == (0, pid, epoch + 1)
-    assert (await broker_client.send(offset_fetch("g"))).groups[0].topics[0].partitions[
-        0
-    ].committed_offset == 1
+    assert await committed_offset(broker_client) == 1
     # Produce v12 without a transaction is v11's.
     records = build_batch([(None, b"v", [], int(time.time() * 1000))])
     plain = await broker_client.send(produce_request(TOPIC, records, v=TV2_PRODUCE))

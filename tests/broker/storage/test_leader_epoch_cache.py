@@ -184,15 +184,6 @@ def test_truncate_from_start_keeps_the_first_epoch_moved(cache):
     assert entries(cache) == [(0, 5), (1, 7), (2, 10)]
 
 
-def test_epoch_for_offset(cache):
-    filled(cache, (0, 10), (1, 20), (5, 30))
-    assert cache.epoch_for_offset(25) == 1
-    assert cache.epoch_for_offset(20) == 1
-    assert cache.epoch_for_offset(30) == 5
-    assert cache.epoch_for_offset(50) == 5
-    assert cache.epoch_for_offset(5) is None
-
-
 def test_negative_entries_are_refused(cache):
     with pytest.raises(ValueError):
         cache.assign(-1, 0)
