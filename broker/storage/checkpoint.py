@@ -1,6 +1,6 @@
 """Kafka's checkpoint files: the offset ones (recovery-point-offset-checkpoint,
-log-start-offset-checkpoint, cleaner-offset-checkpoint) and, through write_lines/read_lines,
-leader-epoch-checkpoint.
+log-start-offset-checkpoint, replication-offset-checkpoint, cleaner-offset-checkpoint) and,
+through write_lines/read_lines, leader-epoch-checkpoint.
 
 Text: a version line ("0"), an entry count, then one line per entry ("topic partition offset"
 for the offset files). Written to a temp file, fsynced, renamed over the old one and the

@@ -19,7 +19,7 @@ import os
 import struct
 import sys
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from pathlib import Path
 
 _OFFSET_ENTRY = struct.Struct(">ii")
@@ -33,6 +33,9 @@ class CorruptIndexError(Exception):
 
 
 class _IndexFile:
+    entry_size: int
+    _offsets: array  # relative to the base offset, ascending
+
     def __init__(self, path: Path, base_offset: int, max_entries: int) -> None:
         self.path = path
         self.base_offset = base_offset
@@ -60,6 +63,19 @@ class _IndexFile:
         self._in_file = 0
         with open(self.path, "wb"):
             pass
+
+    def _columns(self) -> tuple[array, array]:
+        raise NotImplementedError
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop the entries for offsets at or beyond `offset` (the log was cut there), from
+        memory and from the file. Not concurrent with flush(): the log excludes it."""
+        keep = bisect_left(self._offsets, offset - self.base_offset)
+        for column in self._columns():
+            del column[keep:]
+        if keep < self._in_file:
+            os.truncate(self.path, keep * self.entry_size)
+            self._in_file = keep
 
     def flush(self) -> None:
         """Append the entries the file lacks and fsync it. Safe in a worker thread next to
@@ -103,6 +119,8 @@ def _unpack_column(raw: bytes, typecode: str) -> array:
 
 
 class OffsetIndex(_IndexFile):
+    entry_size = OFFSET_ENTRY_SIZE
+
     def __init__(self, path: Path, base_offset: int, max_entries: int) -> None:
         super().__init__(path, base_offset, max_entries)
         self._offsets = array("i")  # relative
@@ -126,6 +144,9 @@ class OffsetIndex(_IndexFile):
     def __len__(self) -> int:
         # Positions are appended after offsets: a flush in another thread sees whole entries.
         return len(self._positions)
+
+    def _columns(self) -> tuple[array, array]:
+        return self._offsets, self._positions
 
     def _encode(self, start: int, end: int) -> bytes:
         pairs = array("i", bytes(8 * (end - start)))
@@ -166,6 +187,8 @@ class OffsetIndex(_IndexFile):
 
 
 class TimeIndex(_IndexFile):
+    entry_size = TIME_ENTRY_SIZE
+
     def __init__(self, path: Path, base_offset: int, max_entries: int) -> None:
         super().__init__(path, base_offset, max_entries)
         self._timestamps = array("q")
@@ -187,6 +210,9 @@ class TimeIndex(_IndexFile):
 
     def __len__(self) -> int:
         return len(self._offsets)  # appended after the timestamp (see OffsetIndex.__len__)
+
+    def _columns(self) -> tuple[array, array]:
+        return self._timestamps, self._offsets
 
     def _encode(self, start: int, end: int) -> bytes:
         return b"".join(

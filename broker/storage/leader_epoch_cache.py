@@ -96,6 +96,16 @@ class LeaderEpochCache:
             return requested_epoch, higher.start_offset
         return floor.epoch, higher.start_offset
 
+    def epoch_for_offset(self, offset: int) -> int:
+        """The epoch whose leader wrote `offset` (Kafka's epochForOffset, what ListOffsets
+        reports with an offset); UNDEFINED_EPOCH before the first known epoch."""
+        found = UNDEFINED_EPOCH
+        for entry in self._entries:
+            if entry.start_offset > offset:
+                break
+            found = entry.epoch
+        return found
+
     # ---- changes -----------------------------------------------------------------------
 
     def assign(self, epoch: int, start_offset: int) -> bool:

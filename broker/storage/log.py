@@ -9,6 +9,7 @@ import struct
 import threading
 import time
 from bisect import bisect_left, bisect_right
+from collections import deque
 from collections.abc import Callable, Set
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,7 +89,14 @@ def _now_ms() -> int:
 
 
 class Log:
-    def __init__(self, directory: Path, config: LogConfig, segments: list[LogSegment]) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        segments: list[LogSegment],
+        *,
+        high_watermark_follows_appends: bool = True,
+    ) -> None:
         self.directory = directory
         self.config = config
         self._segments = segments
@@ -96,6 +104,10 @@ class Log:
         self._log_end_offset = segments[-1].next_offset
         self._log_start_offset = segments[0].base_offset
         self._high_watermark = self._log_end_offset
+        # A single node commits every write as it lands. A replicated log's high watermark
+        # moves only through update_high_watermark() and maybe_increment_high_watermark()
+        # (replication), and back only through truncation.
+        self.high_watermark_follows_appends = high_watermark_follows_appends
         self._recovery_point = 0
         self._unflushed_messages = 0
         self._dir_dirty = False  # created or renamed files the directory entry must persist
@@ -105,16 +117,25 @@ class Log:
         # Base offsets of the segments whose txn index has entries, ascending: read_committed
         # fetches look only at these, so logs without aborted transactions pay nothing.
         self._aborted_bases: list[int] = []
-        # Bytes appended since open, and the count when each ongoing transaction began (those
-        # begun before open count as 0): what read_committed long polls measure (stable_bytes).
+        # Bytes appended since open, the count when each ongoing transaction began (those
+        # begun before open count as 0) and the count below the high watermark, with the
+        # count at the end of each append above it: what read_committed long polls measure
+        # (stable_bytes). Truncation never lowers them, so the measure only grows.
         self._appended_bytes = 0
         self._txn_start_bytes: dict[int, int] = {}
+        self._bytes_below_high_watermark = 0
+        self._appends_above_high_watermark: deque[tuple[int, int]] = deque()
         # Serialises structural changes against flush()/read() running in worker threads;
         # fsync itself happens outside it so appends never wait for the disk.
         self._lock = threading.RLock()
         # The cleaner reads segments without the lock: while it runs, segments that retention
         # or DeleteRecords drop keep their descriptors open (their unlinking waits).
         self._cleaning = False
+        # flush() writes segment and index files outside the lock; truncation waits for the
+        # flushes under way, so none writes index entries it cut or moves the recovery point
+        # past the new log end.
+        self._flushes_in_flight = 0
+        self._flushes_done = threading.Condition(self._lock)
 
     # ---- loading -------------------------------------------------------------------------
 
@@ -128,6 +149,8 @@ class Log:
         log_start_offset: int = 0,
         clean_shutdown: bool = False,
         now_ms: int | None = None,
+        high_watermark: int | None = None,
+        high_watermark_follows_appends: bool = True,
     ) -> Log:
         """Load the segments in `directory`, recovering what an unclean shutdown may have torn.
 
@@ -135,6 +158,10 @@ class Log:
         is rescanned (CRC-checked, indexes rebuilt) and the log is cut at the first invalid
         batch, dropping any later segments, as Kafka's LogLoader does. Segments with missing
         or inconsistent indexes are rebuilt whatever the shutdown was.
+
+        A log whose high watermark follows appends starts with it at the log end. A
+        replicated one starts from the checkpointed `high_watermark` (None: not known, so
+        the log start offset), kept within [log start offset, log end offset].
         """
         now = _now_ms() if now_ms is None else now_ms
         directory.mkdir(parents=True, exist_ok=True)
@@ -166,18 +193,22 @@ class Log:
                 rebuild_txn_index.add(segment.base_offset)
         if not segments:
             segments.append(LogSegment.create(directory, max(0, log_start_offset), config, now))
-        log = cls(directory, config, segments)
-        started_over = log_start_offset > log._log_end_offset
-        if started_over:
+        log = cls(
+            directory,
+            config,
+            segments,
+            high_watermark_follows_appends=high_watermark_follows_appends,
+        )
+        if log_start_offset > log._log_end_offset:
             # The checkpointed start lies past what survived: start over at that offset.
-            log._replace_all_segments(log_start_offset, now)
+            log.truncate_fully_and_start_at(log_start_offset, now_ms=now)
         log._log_start_offset = max(log_start_offset, log._segments[0].base_offset)
         log._recovery_point = max(log._log_start_offset, min(recovery_point, log._log_end_offset))
-        log._high_watermark = log._log_end_offset
+        if not high_watermark_follows_appends:
+            checkpointed = log._log_start_offset if high_watermark is None else high_watermark
+            log._high_watermark = min(max(checkpointed, log._log_start_offset), log._log_end_offset)
         log._load_producer_state(rebuild_txn_index)
         log._load_leader_epochs(rebuild_txn_index)
-        if started_over:
-            log.leader_epochs.clear()  # nothing of any epoch is left (Kafka's LogLoader)
         active = log._segments[-1]
         if active.base_offset not in rebuild_txn_index:
             active.txn_index.truncate_to(log._log_end_offset)
@@ -187,7 +218,8 @@ class Log:
     def _load_producer_state(self, rebuild_txn_index: Set[int] = frozenset()) -> None:
         """Kafka's loadProducerState: the newest sound snapshot not beyond the log end, then
         the batches and markers after it. Snapshots past the end (the log was truncated by
-        recovery) or torn ones are deleted, so the state never holds batches the log lost.
+        recovery or replication) or torn ones are deleted, so the state never holds batches
+        the log lost.
 
         Segments in `rebuild_txn_index` have their txn index rebuilt by this replay, so it
         starts from a snapshot no later than the first of them (as Kafka's recovery rebuilds
@@ -283,15 +315,6 @@ class Log:
         os.replace(tmp, path)
         self._dir_dirty = True
 
-    def _replace_all_segments(self, base_offset: int, now_ms: int) -> None:
-        for segment in self._segments:
-            segment.delete_files()
-        self._segments = [LogSegment.create(self.directory, base_offset, self.config, now_ms)]
-        self._bases = [base_offset]
-        self._aborted_bases = []
-        self._log_end_offset = base_offset
-        self._dir_dirty = True
-
     # ---- properties ----------------------------------------------------------------------
 
     @property
@@ -317,14 +340,21 @@ class Log:
         return min(max(first, self._log_start_offset), self._high_watermark)
 
     @property
+    def committed_bytes(self) -> int:
+        """Bytes appended since open that lie below the high watermark: what consumers'
+        long polls count as arrived."""
+        return self._bytes_below_high_watermark
+
+    @property
     def stable_bytes(self) -> int:
         """Bytes appended since open that lie below the last stable offset. It only grows:
         a read_committed long poll counts its min_bytes in it, so transactional data wakes
-        the poll when its marker lands, not when it is appended."""
+        the poll when its marker lands, not when it is appended (nor, replicated, before
+        the high watermark passes it)."""
         first = self.producer_state.first_unstable_offset
         if first is None:
-            return self._appended_bytes
-        return self._txn_start_bytes.get(first, 0)
+            return self._bytes_below_high_watermark
+        return min(self._bytes_below_high_watermark, self._txn_start_bytes.get(first, 0))
 
     def ongoing_transactions(self) -> dict[int, int]:
         """producer id -> first offset of its transaction still waiting for a marker."""
@@ -348,9 +378,32 @@ class Log:
                 self.leader_epochs.assign(leader_epoch, self._log_end_offset)
 
     def update_high_watermark(self, offset: int) -> int:
-        """Set the high watermark (replication drives it later), kept within [start, end]."""
-        self._high_watermark = min(max(offset, self._log_start_offset), self._log_end_offset)
-        return self._high_watermark
+        """Kafka's updateHighWatermark: set the high watermark, kept within [log start offset,
+        log end offset] (a follower takes the leader's this way). Returns the new value."""
+        with self._lock:
+            self._set_high_watermark(min(max(offset, self._log_start_offset), self._log_end_offset))
+            return self._high_watermark
+
+    def maybe_increment_high_watermark(self, offset: int) -> bool:
+        """Kafka's maybeIncrementHighWatermark, for a leader whose in-sync replicas all have
+        the offsets below `offset`: move the high watermark up to it, never down. Returns
+        whether it moved; ValueError for an offset past the log end."""
+        with self._lock:
+            if offset > self._log_end_offset:
+                raise ValueError(
+                    f"high watermark {offset} beyond log end offset {self._log_end_offset} "
+                    f"of {self.directory.name}"
+                )
+            if offset <= self._high_watermark:
+                return False
+            self._set_high_watermark(offset)
+            return True
+
+    def _set_high_watermark(self, offset: int) -> None:
+        self._high_watermark = offset
+        pending = self._appends_above_high_watermark
+        while pending and pending[0][0] <= offset:
+            self._bytes_below_high_watermark = pending.popleft()[1]
 
     @property
     def recovery_point(self) -> int:
@@ -425,14 +478,13 @@ class Log:
             if leader_epoch != self.leader_epochs.latest_epoch and leader_epoch >= 0:
                 self.leader_epochs.assign(leader_epoch, base_offset)
             self._log_end_offset = last_offset + 1
-            self._high_watermark = self._log_end_offset  # single node: every write is committed
             self._unflushed_messages += header.last_offset_delta + 1
             if marker is not None:
                 self._end_txn(segment, header, marker, base_offset, max_timestamp)
             elif header.producer_id >= 0:
                 if self.producer_state.update(header, base_offset, last_offset, max_timestamp):
                     self._txn_start_bytes[base_offset] = self._appended_bytes
-            self._appended_bytes += size
+            self._appended(size)
             must_flush = self._unflushed_messages >= self.config.flush_interval_messages
         return AppendResult(
             base_offset,
@@ -466,9 +518,8 @@ class Log:
                 )
                 self.leader_epochs.clear()
             self._log_end_offset = last_offset + 1
-            self._high_watermark = self._log_end_offset
             self._unflushed_messages += message_set.count
-            self._appended_bytes += len(data)
+            self._appended(len(data))
             must_flush = self._unflushed_messages >= self.config.flush_interval_messages
         return AppendResult(
             base_offset,
@@ -479,6 +530,15 @@ class Log:
             must_flush,
             len(data),
         )
+
+    def _appended(self, size: int) -> None:
+        """Count `size` bytes just appended, up to the log end offset."""
+        self._appended_bytes += size
+        if self.high_watermark_follows_appends:
+            self._high_watermark = self._log_end_offset
+            self._bytes_below_high_watermark = self._appended_bytes
+        else:
+            self._appends_above_high_watermark.append((self._log_end_offset, self._appended_bytes))
 
     def append_marker(
         self,
@@ -781,7 +841,8 @@ class Log:
         if offset > self._log_start_offset:
             self._log_start_offset = offset
             self.leader_epochs.truncate_from_start(offset)
-            self._high_watermark = max(self._high_watermark, offset)
+            if self._high_watermark < offset:
+                self._set_high_watermark(offset)
             self._recovery_point = max(self._recovery_point, offset)
 
     def _purge_deleted(self, now_ms: int) -> None:
@@ -795,6 +856,127 @@ class Log:
             else:
                 keep.append((due, segment))
         self._pending_deletes = keep
+
+    # ---- truncation (replication) ----------------------------------------------------------
+
+    def truncate_to(self, offset: int, *, now_ms: int | None = None) -> bool:
+        """Kafka's UnifiedLog.truncateTo, for a follower whose log diverged from its leader's:
+        drop every offset from `offset` on. False, with no data changed, when the log ends at
+        or before `offset`; an offset below the log start offset empties the log
+        (truncate_fully_and_start_at).
+
+        Segments beyond `offset` go as retention's do (*.deleted, unlinked after
+        file.delete.delay.ms), the one holding it is cut there with its indexes. The log end
+        offset becomes `offset` (the first offset of the batch holding it, if that batch
+        starts below it); the high watermark and the recovery point come down to it, the
+        leader epoch cache forgets the epochs begun from it and the producer state is rebuilt
+        as of it (Kafka's loadProducerState: the newest snapshot not beyond it, then the
+        batches after that snapshot).
+
+        Blocking (file operations, an fsync); refused while the cleaner may be reading a
+        segment this would cut: LogManager.truncate_to pauses the log's cleaning first.
+        After a kill -9 anywhere in it, Log.open finds a prefix of the log at least `offset`
+        long: later segments go newest first and before the segment holding `offset` is cut,
+        and after an unclean shutdown the last segment is always recovered."""
+        if offset < 0:
+            raise ValueError(f"cannot truncate {self.directory.name} to offset {offset}")
+        now = _now_ms() if now_ms is None else now_ms
+        with self._lock:
+            self._wait_for_flushes()
+            if offset >= self._log_end_offset:
+                # Kafka's too: an epoch this broker assigned at its log end as leader, with
+                # nothing written in it, conflicts with the new leader's epochs.
+                self.leader_epochs.truncate_from_end(self._log_end_offset)
+                return False
+            if offset < self._log_start_offset:
+                self.truncate_fully_and_start_at(offset, now_ms=now)
+                return True
+            keep = bisect_right(self._bases, offset)
+            stable_floor = self._truncation_floor(cuts_inactive=keep < len(self._segments))
+            self._drop_segments_from(keep, now)
+            active = self._segments[-1]
+            # Active again: update_config() kept only the active segment's setting current.
+            active.index_interval_bytes = self.config.index_interval_bytes
+            self._truncated(active.truncate_to(offset, now), stable_floor)
+            return True
+
+    def truncate_fully_and_start_at(self, offset: int, *, now_ms: int | None = None) -> None:
+        """Kafka's truncateFullyAndStartAt, for a follower whose fetch offset fell out of its
+        leader's log (below its log start): delete every segment and start an empty one at
+        `offset`, which becomes the log start and end offsets, the high watermark and the
+        recovery point. Producer state, snapshots and leader epochs start empty.
+
+        Blocking; refused while the log is being cleaned (LogManager's method pauses it).
+        Snapshots and the epoch checkpoint go before any segment, segments newest first, and
+        the new segment comes last: a kill -9 leaves a prefix of the old log, or the new one."""
+        if offset < 0:
+            raise ValueError(f"cannot start {self.directory.name} at offset {offset}")
+        now = _now_ms() if now_ms is None else now_ms
+        with self._lock:
+            self._wait_for_flushes()
+            stable_floor = self._truncation_floor(cuts_inactive=True)
+            for path in self.directory.glob(f"*{SNAPSHOT_SUFFIX}"):
+                path.unlink()
+            self.leader_epochs.clear()
+            # Absent, the checkpoint is rebuilt from the batches, which a crash leaves in step
+            # with it; an old one would lend the new log the old epochs.
+            self.leader_epochs.path.unlink(missing_ok=True)
+            self._drop_segments_from(0, now)
+            self._segments = [LogSegment.create(self.directory, offset, self.config, now)]
+            self._bases = [offset]
+            self._log_start_offset = self._recovery_point = self._high_watermark = offset
+            self._truncated(offset, stable_floor)
+
+    def _wait_for_flushes(self) -> None:
+        while self._flushes_in_flight:
+            self._flushes_done.wait()
+
+    def _truncation_floor(self, *, cuts_inactive: bool) -> int:
+        """Refuse to cut segments the cleaner may be reading without the lock (it would swap
+        the old records back in); returns stable_bytes, which truncation must not lower."""
+        if self._cleaning and cuts_inactive:
+            raise RuntimeError(
+                f"{self.directory.name}: truncation while the log is being cleaned "
+                "(LogManager.truncate_to pauses its cleaning first)"
+            )
+        return self.stable_bytes
+
+    def _drop_segments_from(self, keep: int, now_ms: int) -> None:
+        """Take the segments from index `keep` on out of the log, renaming them *.deleted
+        newest first so that a crash leaves a prefix of the log; their files go after
+        file.delete.delay.ms, as retention's do, so reads under way finish. The renames are
+        made durable before the caller changes the segments left: a power failure must not
+        bring back later segments behind a cut one."""
+        doomed = self._segments[keep:]
+        if not doomed:
+            return
+        for segment in reversed(doomed):
+            segment.mark_deleted()
+            self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, segment))
+        del self._segments[keep:]
+        del self._bases[keep:]
+        fsync_directory(self.directory)
+
+    def _truncated(self, end: int, stable_floor: int) -> None:
+        """Bring the log's state down to its segments, which now end at `end` (below the log
+        start offset only when a batch holding it went whole: Kafka lowers the start too)."""
+        self._log_end_offset = end
+        self._log_start_offset = min(self._log_start_offset, end)
+        self._high_watermark = min(self._high_watermark, end)
+        self._recovery_point = min(self._recovery_point, end)
+        self.leader_epochs.truncate_from_end(end)
+        self._load_producer_state()
+        pending = self._appends_above_high_watermark
+        while pending and pending[-1][0] > end:
+            pending.pop()
+        # A transaction whose marker was cut is ongoing again: it holds stable_bytes where
+        # they were, as the byte counts only grow.
+        self._txn_start_bytes = {
+            first: self._txn_start_bytes.get(first, stable_floor)
+            for first in self.producer_state.ongoing_transactions().values()
+        }
+        self._aborted_bases = [s.base_offset for s in self._segments if len(s.txn_index)]
+        self._dir_dirty = True
 
     # ---- compaction ----------------------------------------------------------------------
 
@@ -899,19 +1081,22 @@ class Log:
             dir_dirty, self._dir_dirty = self._dir_dirty, False
             if offset is None:
                 self._unflushed_messages = 0
-        for segment in to_sync:
-            segment.flush()
-        # Before the recovery point passes `target`: recovery re-reads epochs only from the
-        # batches after it, so the checkpoint must hold every epoch begun below it.
-        epochs.write_checkpoint(self._lock)
-        if dir_dirty:
-            fd = os.open(self.directory, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        with self._lock:
-            self._recovery_point = max(self._recovery_point, target)
+            self._flushes_in_flight += 1
+        try:
+            for segment in to_sync:
+                segment.flush()
+            # Before the recovery point passes `target`: recovery re-reads epochs only from
+            # the batches after it, so the checkpoint must hold every epoch begun below it.
+            epochs.write_checkpoint(self._lock)
+            if dir_dirty:
+                fsync_directory(self.directory)
+            with self._lock:
+                self._recovery_point = max(self._recovery_point, target)
+        finally:
+            with self._lock:
+                self._flushes_in_flight -= 1
+                if not self._flushes_in_flight:
+                    self._flushes_done.notify_all()
 
     def flush_rolled_segments(self) -> None:
         """Kafka flushes a segment soon after rolling it; this does it when the owner calls."""

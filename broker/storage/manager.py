@@ -24,6 +24,9 @@ from broker.storage.log import Log, _now_ms
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+# Kafka's ReplicaManager.HighWatermarkFilename: per log, its high watermark, which a
+# replicated log starts from again after a restart.
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 # Kafka's LogCleanerManager.OFFSET_CHECKPOINT_FILE: per compacted log, the first dirty offset
 # (where the last cleaning ended), so a restart does not clean everything again.
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
@@ -45,10 +48,16 @@ def parse_log_dir_name(name: str) -> TopicPartition | None:
 
 
 class LogManager:
-    def __init__(self, log_dirs: list[Path]) -> None:
+    def __init__(
+        self, log_dirs: list[Path], *, high_watermark_follows_appends: bool = True
+    ) -> None:
+        """`high_watermark_follows_appends=False` for a broker in a cluster: its logs'
+        high watermarks move with replication (Log.high_watermark_follows_appends) and start
+        from the replication-offset-checkpoint when loaded."""
         if not log_dirs:
             raise ValueError("at least one log dir is required")
         self.log_dirs = [Path(d) for d in log_dirs]
+        self.high_watermark_follows_appends = high_watermark_follows_appends
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self._partitions_in: Counter[Path] = Counter()
@@ -81,6 +90,10 @@ class LogManager:
                 cleaner_offsets = read_checkpoint(log_dir / CLEANER_OFFSET_CHECKPOINT)
             except CorruptCheckpointError:
                 cleaner_offsets = {}  # the cleaner starts over from each log start
+            try:
+                high_watermarks = read_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT)
+            except CorruptCheckpointError:
+                high_watermarks = {}  # replicated logs start at their log start offsets
             for entry in sorted(os.scandir(log_dir), key=lambda e: e.name):
                 if not entry.is_dir():
                     continue
@@ -101,6 +114,8 @@ class LogManager:
                     log_start_offset=start_offsets.get(tp, 0),
                     clean_shutdown=clean,
                     now_ms=now,
+                    high_watermark=high_watermarks.get(tp),
+                    high_watermark_follows_appends=self.high_watermark_follows_appends,
                 )
                 self._dir_of[tp] = log_dir
                 self._partitions_in[log_dir] += 1
@@ -126,7 +141,13 @@ class LogManager:
         # 10,000 partitions quadratic, so the counts are kept as partitions come and go.
         log_dir = min(self.log_dirs, key=lambda d: self._partitions_in[d])
         directory = log_dir / f"{topic}-{partition}"
-        log = Log.open(directory, config, clean_shutdown=True, now_ms=now)
+        log = Log.open(
+            directory,
+            config,
+            clean_shutdown=True,
+            now_ms=now,
+            high_watermark_follows_appends=self.high_watermark_follows_appends,
+        )
         fsync_directory(log_dir)
         self._logs[tp] = log
         self._dir_of[tp] = log_dir
@@ -190,12 +211,16 @@ class LogManager:
         return by_dir
 
     def checkpoint(self) -> None:
-        """Write both checkpoint files of every log dir. Blocking (fsync): callers on the event
-        loop run it in a thread. The snapshot is taken under the lock, so a later call never
-        writes older offsets than an earlier one."""
+        """Write the recovery points, log start offsets and high watermarks of every log dir.
+        Blocking (fsync): callers on the event loop run it in a thread."""
+        self._checkpoint_dirs(self.log_dirs)
+
+    def _checkpoint_dirs(self, log_dirs: Iterable[Path]) -> None:
+        """The offsets are read under the lock, so a later call never writes older offsets
+        than an earlier one."""
         with self._checkpoint_lock:
             logs, dir_of = list(self._logs.items()), dict(self._dir_of)
-            for log_dir in self.log_dirs:
+            for log_dir in log_dirs:
                 members = [(tp, log) for tp, log in logs if dir_of.get(tp) == log_dir]
                 write_checkpoint(
                     log_dir / RECOVERY_POINT_CHECKPOINT,
@@ -205,6 +230,68 @@ class LogManager:
                     log_dir / LOG_START_OFFSET_CHECKPOINT,
                     {tp: log.log_start_offset for tp, log in members},
                 )
+                write_checkpoint(
+                    log_dir / REPLICATION_OFFSET_CHECKPOINT,
+                    {tp: log.high_watermark for tp, log in members},
+                )
+
+    # ---- truncation (Kafka's LogManager.truncateTo, truncateFullyAndStartAt) ---------------
+
+    def truncate_to(self, topic: str, partition: int, offset: int) -> bool:
+        """Log.truncate_to for the follower's log of the partition (False when there is
+        none), with its cleaning aborted and paused meanwhile if the cut reaches below the
+        active segment, which is all the cleaner reads. The cleaner's checkpoint and the
+        dir's offset checkpoints follow the log down. Blocking: run it off the loop."""
+        tp = (topic, partition)
+        log = self._logs.get(tp)
+        if log is None:
+            return False
+        pause = offset < log.active_segment.base_offset
+        if pause:
+            self.abort_and_pause_cleaning(tp)
+        try:
+            truncated = log.truncate_to(offset)
+            if pause:
+                self._truncate_cleaner_offset(tp, log)
+        finally:
+            if pause:
+                self.resume_cleaning(tp)
+        if truncated:
+            self._checkpoint_truncated(tp)
+        return truncated
+
+    def truncate_fully_and_start_at(self, topic: str, partition: int, offset: int) -> None:
+        """Log.truncate_fully_and_start_at for the partition's log, if it has one, with its
+        cleaning aborted and paused meanwhile; checkpoints follow as for truncate_to."""
+        tp = (topic, partition)
+        log = self._logs.get(tp)
+        if log is None:
+            return
+        self.abort_and_pause_cleaning(tp)
+        try:
+            log.truncate_fully_and_start_at(offset)
+            self._truncate_cleaner_offset(tp, log)
+        finally:
+            self.resume_cleaning(tp)
+        self._checkpoint_truncated(tp)
+
+    def _truncate_cleaner_offset(self, tp: TopicPartition, log: Log) -> None:
+        """Kafka's maybeTruncateCheckpoint: the first dirty offset may not lie beyond the
+        active segment of a truncated log, or the cleaner would skip records appended anew."""
+        with self._checkpoint_lock:
+            log_dir = self._dir_of.get(tp)
+            first_dirty = self._cleaner_offsets.get(tp)
+            active_base = log.active_segment.base_offset
+            if log_dir is not None and first_dirty is not None and first_dirty > active_base:
+                self._cleaner_offsets[tp] = active_base
+                self._write_cleaner_checkpoint(log_dir)
+
+    def _checkpoint_truncated(self, tp: TopicPartition) -> None:
+        """Before the follower appends anew: a recovery point left above the cut on disk
+        would let recovery after a power failure skip the new, unflushed records."""
+        log_dir = self._dir_of.get(tp)
+        if log_dir is not None:
+            self._checkpoint_dirs([log_dir])
 
     # ---- the cleaner's bookkeeping (Kafka's LogCleanerManager) ------------------------------
 

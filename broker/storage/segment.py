@@ -238,6 +238,38 @@ class LogSegment:
             )
             self._last_index_position = position
 
+    def truncate_to(self, offset: int, now_ms: int) -> int:
+        """Kafka's LogSegment.truncateTo: drop every batch ending at or beyond `offset` with
+        its index entries, and the aborted transactions whose marker went. A batch holding
+        `offset` past its first offset goes whole. Returns the segment's new next offset:
+        `offset`, or the first offset of a batch cut through the middle."""
+        found = self.translate_offset(offset)
+        if found is None:
+            self.next_offset = offset
+            return offset
+        position, cut = found
+        self.next_offset = min(offset, cut.base_offset)
+        self.offset_index.truncate_to(self.next_offset)
+        self.time_index.truncate_to(self.next_offset)
+        self.txn_index.truncate_to(self.next_offset)
+        os.ftruncate(self._fd, position)
+        self.size = position
+        self._last_index_position = self.offset_index.last_entry[1]
+        if not position:
+            # Kafka: an emptied segment counts its age for segment.ms from now.
+            self.created_ms = now_ms
+            self._rolling_timestamp = None
+        # The last time index entry holds the largest timestamp up to its offset; batches
+        # after it may hold larger ones.
+        timestamp, at = self.time_index.last_entry
+        self.max_timestamp_so_far = timestamp
+        self.offset_of_max_timestamp_so_far = at if timestamp >= 0 else -1
+        for _, header in self.batches_from(self.offset_index.lookup(at)[1]):
+            if header.max_timestamp > self.max_timestamp_so_far:
+                self.max_timestamp_so_far = header.max_timestamp
+                self.offset_of_max_timestamp_so_far = header.last_offset
+        return self.next_offset
+
     def can_hold(self, last_offset: int) -> bool:
         """Whether `last_offset` still fits the index's 32-bit offsets relative to the base."""
         return last_offset - self.base_offset <= _INT32_MAX

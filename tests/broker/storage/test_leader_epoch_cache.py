@@ -311,3 +311,16 @@ def test_matches_kafkas_cache(ops, requested, leo):
         assert entries(cache) == sorted(model.epochs.items())
         assert cache.latest_epoch == max(model.epochs, default=UNDEFINED_EPOCH)
     assert cache.end_offset_for(requested, leo) == model.end_offset_for(requested, leo)
+
+
+def test_epoch_for_offset_is_the_epoch_that_wrote_it(cache):
+    assert cache.epoch_for_offset(0) == UNDEFINED_EPOCH  # nothing known yet
+    cache.assign(1, 5)
+    cache.assign(3, 10)
+    assert [cache.epoch_for_offset(o) for o in (4, 5, 9, 10, 99)] == [
+        UNDEFINED_EPOCH,  # before the first known epoch's start
+        1,
+        1,
+        3,
+        3,  # the latest epoch runs to the log end and beyond
+    ]
