@@ -6,6 +6,8 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
+from broker.metadata.cluster import BrokerRegistration, PartitionRegistration
+
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -40,20 +42,72 @@ def topic_name_problem(name: str) -> str | None:
 
 
 class MetadataImage:
+    """Topics, and in a cluster the brokers, the controller and every partition's replicas.
+
+    A single broker keeps no registrations: each of its partitions is its own
+    (PartitionRegistration.single), and it is the only broker and the controller."""
+
     def __init__(self, cluster_id: str, topics: list[TopicMetadata] | None = None) -> None:
         self.cluster_id = cluster_id
         self._by_name: dict[str, TopicMetadata] = {}
         self._by_id: dict[uuid.UUID, TopicMetadata] = {}
+        self._registrations: dict[str, dict[int, PartitionRegistration]] = {}
+        self.brokers: dict[int, BrokerRegistration] = {}
+        self.controller_id = -1
+        self.controller_epoch = 0
+        self._single: PartitionRegistration | None = None
         for topic in topics or []:
             self.put(topic)
 
-    def put(self, topic: TopicMetadata) -> None:
+    def make_single_node(self, node_id: int, registration: BrokerRegistration) -> None:
+        self._single = PartitionRegistration.single(node_id)
+        self.brokers = {node_id: registration}
+        self.controller_id = node_id
+
+    @property
+    def single_node(self) -> bool:
+        return self._single is not None
+
+    @property
+    def partition_single(self) -> PartitionRegistration | None:
+        """Every partition's registration on a single broker (None in a cluster)."""
+        return self._single
+
+    def put(
+        self, topic: TopicMetadata, registrations: dict[int, PartitionRegistration] | None = None
+    ) -> None:
+        old = self._by_name.get(topic.name)
+        if old is not None and old.topic_id != topic.topic_id:
+            self.remove(topic.name)  # deleted and created again while we looked away
         self._by_name[topic.name] = topic
         self._by_id[topic.topic_id] = topic
+        if registrations is not None:
+            self._registrations[topic.name] = registrations
 
     def remove(self, name: str) -> None:
         topic = self._by_name.pop(name)
         del self._by_id[topic.topic_id]
+        self._registrations.pop(name, None)
+
+    def partition(self, name: str, partition: int) -> PartitionRegistration | None:
+        """The partition's replicas, ISR and leader; None if the topic has no such partition."""
+        topic = self._by_name.get(name)
+        if topic is None or not 0 <= partition < topic.partitions:
+            return None
+        if self._single is not None:
+            return self._single
+        return self._registrations.get(name, {}).get(partition)
+
+    def registrations(self, name: str) -> dict[int, PartitionRegistration]:
+        topic = self._by_name.get(name)
+        if topic is None:
+            return {}
+        if self._single is not None:
+            return dict.fromkeys(range(topic.partitions), self._single)
+        return self._registrations.get(name, {})
+
+    def set_registration(self, name: str, partition: int, reg: PartitionRegistration) -> None:
+        self._registrations.setdefault(name, {})[partition] = reg
 
     def topic(self, name: str) -> TopicMetadata | None:
         return self._by_name.get(name)

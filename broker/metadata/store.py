@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Protocol
 
+from broker.metadata.cluster import BrokerRegistration, PartitionRegistration
 from broker.metadata.image import MetadataImage, TopicMetadata
 from broker.quota.client_quotas import ClientQuotaEntity
 from broker.security.acl import AccessControlEntry, AclBinding, ResourcePattern
@@ -64,9 +65,16 @@ CREATE TABLE IF NOT EXISTS client_quotas (
 
 class MetadataStore(Protocol):
     def load(self, cluster_id: str | None) -> MetadataImage: ...
-    def create_topic(self, topic: TopicMetadata) -> None: ...
+    def create_topic(
+        self, topic: TopicMetadata, assignments: dict[int, PartitionRegistration] | None = None
+    ) -> None: ...
     def delete_topic(self, name: str) -> None: ...
-    def set_partitions(self, name: str, partitions: int) -> None: ...
+    def set_partitions(
+        self,
+        name: str,
+        partitions: int,
+        assignments: dict[int, PartitionRegistration] | None = None,
+    ) -> None: ...
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> None: ...
     def broker_configs(self) -> dict[str, str]: ...
     def set_broker_configs(self, configs: dict[str, str]) -> None: ...
@@ -89,6 +97,58 @@ class MetadataStore(Protocol):
         self, changes: dict[ClientQuotaEntity, dict[str, float | None]]
     ) -> None: ...
     def close(self) -> None: ...
+
+
+class MetadataStoreUnavailable(Exception):
+    """The shared store could not be reached; the call changed nothing or is unknown to have
+    (a commit whose answer was lost): callers retry by re-reading, never by assuming."""
+
+
+class ClusterMetadataStore(MetadataStore, Protocol):
+    """The store several brokers share (cluster mode). Besides MetadataStore's state it keeps
+    the brokers' registrations and leases, the controller lease, every partition's
+    registration, and a change feed: each committed change has a version, strictly increasing
+    in commit order, naming what changed as (entity, key) pairs:
+
+        ("topic", name)           the topic row and its partitions' registrations
+        ("brokers", "")           broker registrations (not lease renewals)
+        ("controller", "")        the controller lease changed hands
+        ("acls", "") ("scram", "") ("quotas", "") ("broker_configs", "") ("features", "")
+        ("group_configs", group_id)
+
+    Lease times are the database's clock, never a broker's. Conditional writes return whether
+    they applied; a refused one changed nothing."""
+
+    # -- change feed
+    def changes_since(self, version: int) -> tuple[int, set[tuple[str, str]]]: ...
+    def wait_for_change(self, timeout_s: float) -> bool: ...
+    # -- reads of cluster state
+    def topic(self, name: str) -> tuple[TopicMetadata, dict[int, PartitionRegistration]] | None: ...
+    def partitions(self) -> dict[str, dict[int, PartitionRegistration]]: ...
+    def brokers(self) -> dict[int, BrokerRegistration]: ...
+    def controller(self) -> tuple[int, int]: ...
+    # -- membership
+    def register_broker(self, registration: BrokerRegistration, session_timeout_ms: int) -> int: ...
+    def heartbeat(self, node_id: int, broker_epoch: int, session_timeout_ms: int) -> bool: ...
+    def begin_controlled_shutdown(self, node_id: int, broker_epoch: int) -> bool: ...
+    # -- the controller
+    def claim_controller(self, node_id: int, broker_epoch: int, lease_ms: int) -> int | None: ...
+    def renew_controller(self, node_id: int, controller_epoch: int, lease_ms: int) -> bool: ...
+    def resign_controller(self, node_id: int, controller_epoch: int) -> None: ...
+    def lapsed_brokers(self) -> list[tuple[int, int]]: ...
+    def renewed_brokers(self) -> list[tuple[int, int]]: ...
+    def set_broker_fenced(
+        self, controller: tuple[int, int], node_id: int, broker_epoch: int, fenced: bool
+    ) -> bool: ...
+    def controller_alter_partitions(
+        self,
+        controller: tuple[int, int],
+        changes: list[tuple[str, int, int, PartitionRegistration]],
+    ) -> list[bool]: ...
+    # -- the leader's ISR changes (Kafka's AlterPartition)
+    def alter_partition(
+        self, topic: str, partition: int, expected_partition_epoch: int, new: PartitionRegistration
+    ) -> tuple[bool, PartitionRegistration | None]: ...
 
 
 class SqliteMetadataStore:
@@ -119,7 +179,7 @@ class SqliteMetadataStore:
                 f"in {self.path}"
             )
         if not stored:
-            stored = cluster_id or _new_cluster_id()
+            stored = cluster_id or new_cluster_id()
             self._write("INSERT INTO cluster(key, value) VALUES ('cluster.id', ?)", (stored,))
         with self._lock:
             rows = self._db.execute("SELECT name, topic_id, partitions, configs FROM topics")
@@ -129,7 +189,8 @@ class SqliteMetadataStore:
             ]
         return MetadataImage(stored, topics)
 
-    def create_topic(self, topic: TopicMetadata) -> None:
+    def create_topic(self, topic: TopicMetadata, assignments=None) -> None:
+        # One broker: every partition is its own, so there is no registration to keep.
         self._write(
             "INSERT INTO topics(name, topic_id, partitions, configs) VALUES (?, ?, ?, ?)",
             (topic.name, str(topic.topic_id), topic.partitions, json.dumps(topic.configs)),
@@ -138,7 +199,7 @@ class SqliteMetadataStore:
     def delete_topic(self, name: str) -> None:
         self._write("DELETE FROM topics WHERE name = ?", (name,))
 
-    def set_partitions(self, name: str, partitions: int) -> None:
+    def set_partitions(self, name: str, partitions: int, assignments=None) -> None:
         self._write("UPDATE topics SET partitions = ? WHERE name = ?", (partitions, name))
 
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
@@ -173,20 +234,20 @@ class SqliteMetadataStore:
 
     def acls(self) -> list[AclBinding]:
         with self._lock:
-            rows = self._db.execute(f"SELECT {_ACL_COLUMNS} FROM acls").fetchall()
-        return [_acl_binding(*row) for row in rows]
+            rows = self._db.execute(f"SELECT {ACL_COLUMNS} FROM acls").fetchall()
+        return [acl_binding(*row) for row in rows]
 
     def add_acls(self, bindings: list[AclBinding]) -> None:
         self._acl_rows("INSERT OR IGNORE INTO acls({c}) VALUES (?, ?, ?, ?, ?, ?, ?)", bindings)
 
     def remove_acls(self, bindings: list[AclBinding]) -> None:
-        where = " AND ".join(f"{c} = ?" for c in _ACL_COLUMNS.split(", "))
+        where = " AND ".join(f"{c} = ?" for c in ACL_COLUMNS.split(", "))
         self._acl_rows(f"DELETE FROM acls WHERE {where}", bindings)
 
     def _acl_rows(self, sql: str, bindings: list[AclBinding]) -> None:
         with self._lock, self._db:
             self._db.execute("BEGIN IMMEDIATE")
-            self._db.executemany(sql.format(c=_ACL_COLUMNS), [_acl_row(b) for b in bindings])
+            self._db.executemany(sql.format(c=ACL_COLUMNS), [acl_row(b) for b in bindings])
 
     def allocate_producer_ids(self, count: int) -> int:
         """Reserve the next `count` producer ids and return the first. Durable before it
@@ -269,22 +330,11 @@ class SqliteMetadataStore:
     def client_quotas(self) -> dict[ClientQuotaEntity, dict[str, float]]:
         with self._lock:
             rows = self._db.execute("SELECT entity, key, value FROM client_quotas").fetchall()
-        quotas: dict[ClientQuotaEntity, dict[str, float]] = {}
-        for entity, key, value in rows:
-            pairs = tuple((entity_type, name) for entity_type, name in json.loads(entity))
-            quotas.setdefault(ClientQuotaEntity(pairs), {})[key] = value
-        return quotas
+        return client_quotas_of(rows)
 
     def alter_client_quotas(self, changes: dict[ClientQuotaEntity, dict[str, float | None]]):
         """One AlterClientQuotas request's changes (None removes a key), all or none."""
-        removals, upserts = [], []
-        for entity, values in changes.items():
-            name = json.dumps(entity.entries)
-            for key, value in values.items():
-                if value is None:
-                    removals.append((name, key))
-                else:
-                    upserts.append((name, key, value))
+        removals, upserts = client_quota_rows(changes)
         with self._lock, self._db:
             self._db.execute("BEGIN IMMEDIATE")
             self._db.executemany("DELETE FROM client_quotas WHERE entity = ? AND key = ?", removals)
@@ -299,12 +349,37 @@ class SqliteMetadataStore:
             self._db.close()
 
 
-_ACL_COLUMNS = (
+def client_quotas_of(rows) -> dict[ClientQuotaEntity, dict[str, float]]:
+    """Quotas by entity from stored (entity as JSON, key, value) rows."""
+    quotas: dict[ClientQuotaEntity, dict[str, float]] = {}
+    for entity, key, value in rows:
+        pairs = tuple((entity_type, name) for entity_type, name in json.loads(entity))
+        quotas.setdefault(ClientQuotaEntity(pairs), {})[key] = value
+    return quotas
+
+
+def client_quota_rows(
+    changes: dict[ClientQuotaEntity, dict[str, float | None]],
+) -> tuple[list[tuple[str, str]], list[tuple[str, str, float]]]:
+    """One AlterClientQuotas request's changes as (entity, key) rows to remove and (entity,
+    key, value) rows to upsert."""
+    removals, upserts = [], []
+    for entity, values in changes.items():
+        name = json.dumps(entity.entries)
+        for key, value in values.items():
+            if value is None:
+                removals.append((name, key))
+            else:
+                upserts.append((name, key, value))
+    return removals, upserts
+
+
+ACL_COLUMNS = (
     "resource_type, resource_name, pattern_type, principal, host, operation, permission_type"
 )
 
 
-def _acl_row(b: AclBinding) -> tuple:
+def acl_row(b: AclBinding) -> tuple:
     p, e = b.pattern, b.entry
     return (
         int(p.resource_type),
@@ -317,14 +392,14 @@ def _acl_row(b: AclBinding) -> tuple:
     )
 
 
-def _acl_binding(resource_type, name, pattern_type, principal, host, operation, permission):
+def acl_binding(resource_type, name, pattern_type, principal, host, operation, permission):
     return AclBinding(
         ResourcePattern(ResourceType(resource_type), name, PatternType(pattern_type)),
         AccessControlEntry(principal, host, AclOperation(operation), AclPermissionType(permission)),
     )
 
 
-def _new_cluster_id() -> str:
+def new_cluster_id() -> str:
     """Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding."""
     import base64
 
