@@ -26,6 +26,7 @@ system-deps:
 	@missing=""; command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
 	  command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	  command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
+	  command -v nft >/dev/null 2>&1 || missing="$$missing nftables"; \
 	  if [ -n "$$missing" ]; then echo "installing$$missing (Debian packages)"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
@@ -53,12 +54,14 @@ fuzz: $(TEST_STAMP)
 
 # The chaos tests at length: make test runs a short version of each; FJORD_SOAK=1 makes them
 # kill more often for longer (tests/compat/test_parallel_rebalance_crash.py: 30 kills a run;
-# tests/pipelines/test_eos_pipeline_crash.py: 8 random kills of the Spark pipeline).
+# tests/pipelines/test_eos_pipeline_crash.py: 8 random kills of the Spark pipeline;
+# tests/cluster/test_cluster_faults.py: each cluster fault 5 times).
 soak: $(TEST_STAMP)
 	bash tests/services.sh up
 	status=0; FJORD_SOAK=1 $(PY) -m pytest -p no:cacheprovider -o timeout=3600 \
 	  tests/compat/test_parallel_rebalance_crash.py tests/compat/test_eos_copy.py \
-	  tests/pipelines/test_eos_pipeline_crash.py || status=$$?; \
+	  tests/pipelines/test_eos_pipeline_crash.py tests/cluster/test_cluster_faults.py \
+	  || status=$$?; \
 	  bash tests/services.sh down; exit $$status
 
 clean:

@@ -95,6 +95,12 @@ def between(low: float, high: float) -> Callable[[object], str | None]:
     return lambda v: None if low <= v <= high else f"Value must be between {low} and {high}"  # type: ignore[operator]
 
 
+def _valid_store_url(value: object) -> str | None:
+    if value and not str(value).startswith(("postgresql://", "postgres://")):
+        return "must be empty (embedded SQLite) or a postgresql:// URL"
+    return None
+
+
 def one_of(*allowed: str) -> Callable[[object], str | None]:
     def check(v: object) -> str | None:
         values = v if isinstance(v, list) else [v]
@@ -459,6 +465,23 @@ GROUP_COORDINATOR_CONFIGS = [
         at_least(1),
     ),
     ConfigDef(
+        "offsets.topic.replication.factor",
+        "short",
+        3,
+        "The replication factor of __consumer_offsets: in a cluster it is created once that "
+        "many brokers are usable (a cluster of one broker makes it 1). A single broker keeps "
+        "one replica.",
+        at_least(1),
+    ),
+    ConfigDef(
+        "offsets.commit.timeout.ms",
+        "int",
+        5000,
+        "In a cluster, how long a group coordinator's write may wait for the in-sync "
+        "replicas before the request answers COORDINATOR_NOT_AVAILABLE.",
+        at_least(1),
+    ),
+    ConfigDef(
         "offsets.retention.minutes",
         "int",
         10080,
@@ -758,6 +781,31 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             at_least(1),
         ),
         ConfigDef(
+            "transaction.state.log.replication.factor",
+            "short",
+            3,
+            "The replication factor of __transaction_state: in a cluster it is created once "
+            "that many brokers are usable (a cluster of one broker makes it 1). A single "
+            "broker keeps one replica.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "transaction.state.log.min.isr",
+            "int",
+            2,
+            "In a cluster, the min.insync.replicas of __transaction_state (at most its "
+            "replication factor).",
+            at_least(1),
+        ),
+        ConfigDef(
+            "request.timeout.ms",
+            "int",
+            30000,
+            "In a cluster, how long the transaction coordinator's writes and its "
+            "WriteTxnMarkers requests to other brokers may take.",
+            at_least(0),
+        ),
+        ConfigDef(
             "transaction.max.timeout.ms",
             "int",
             900000,
@@ -901,6 +949,94 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             "string",
             None,
             "Cluster id; generated and stored in the metadata store when unset.",
+        ),
+        ConfigDef(
+            "metadata.store.url",
+            "string",
+            "",
+            "Fjord's: where the cluster metadata lives. Empty keeps it in an embedded SQLite "
+            "file in the first log dir (a single broker); a postgresql:// URL makes this broker "
+            "one of the cluster of every broker sharing that database.",
+            _valid_store_url,
+        ),
+        ConfigDef(
+            "broker.session.timeout.ms",
+            "int",
+            9000,
+            "How long a broker's lease in the metadata store lasts without a heartbeat; the "
+            "controller fences a broker whose lease lapsed.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "controlled.shutdown.enable",
+            "boolean",
+            True,
+            "In a cluster, hand every partition led here to another in-sync replica before "
+            "stopping.",
+        ),
+        ConfigDef(
+            "auto.leader.rebalance.enable",
+            "boolean",
+            True,
+            "In a cluster, the controller moves leadership back to each partition's preferred "
+            "replica when it is in sync, every leader.imbalance.check.interval.seconds.",
+        ),
+        ConfigDef(
+            "leader.imbalance.check.interval.seconds",
+            "long",
+            300,
+            "How often the controller restores preferred leaders.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "broker.heartbeat.interval.ms",
+            "int",
+            2000,
+            "How often a broker renews its lease (and the controller its own).",
+            at_least(1),
+        ),
+        ConfigDef(
+            "replica.lag.time.max.ms",
+            "long",
+            30000,
+            "A follower that has not caught up with the leader's log end for this long leaves "
+            "the ISR.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "replica.fetch.max.bytes",
+            "int",
+            1048576,
+            "Bytes a follower asks of each partition per fetch (the first batch goes whole).",
+            at_least(0),
+        ),
+        ConfigDef(
+            "replica.fetch.response.max.bytes",
+            "int",
+            10485760,
+            "Bytes a follower asks for per fetch response.",
+            at_least(0),
+        ),
+        ConfigDef(
+            "replica.fetch.wait.max.ms",
+            "int",
+            500,
+            "How long a follower's fetch waits at the leader for data.",
+            at_least(0),
+        ),
+        ConfigDef(
+            "replica.fetch.min.bytes",
+            "int",
+            1,
+            "Bytes a follower's fetch waits for.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "replica.fetch.backoff.ms",
+            "int",
+            1000,
+            "How long a follower waits before fetching again after an error.",
+            at_least(0),
         ),
         ConfigDef(
             "authorizer.class.name",

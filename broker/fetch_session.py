@@ -134,6 +134,12 @@ class FetchSession:
         pending.sort(key=_position)
         return pending
 
+    def partitions_in_order(self) -> list[CachedPartition]:
+        """Every partition of the session, in response order: what a follower's fetch reads,
+        since each of its fetches tells the leader where the follower stands (O(partitions),
+        as in Kafka)."""
+        return sorted(self.partitions.values(), key=_position)
+
     def mark_changed(self, key: PartitionKey, appended_bytes: int = 0) -> None:
         self._mark(key)
         if self.listeners:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -13,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
+
+from broker.server.coordinator_log import CoordinatorError
 
 if TYPE_CHECKING:
     from broker.server.broker import Broker
@@ -29,6 +32,9 @@ class RequestContext:
     client_host: str
     listener: str
     principal: str = "User:ANONYMOUS"
+    # Set by Fetch for a follower's fetch: replication is not a client, no client quota
+    # counts or caps it (Kafka keeps separate replication quotas for it).
+    replication: bool = False
 
     @property
     def user(self) -> str:
@@ -118,3 +124,23 @@ class KafkaError(Exception):
 
 def error_name(code: ErrorCode) -> str:
     return code.name.upper()
+
+
+def answers_coordinator_errors(
+    error_response: Callable[[Broker, RequestContext, Any, ErrorCode], Any],
+) -> Callable[[Handler], Handler]:
+    """For the handler of an API served by the coordinator of one key (a group or
+    transactional id): when the coordinator refuses it (NOT_COORDINATOR, a write that could
+    not be replicated), the request is answered `error_response(broker, ctx, request, code)`."""
+
+    def wrap(handler: Handler) -> Handler:
+        @functools.wraps(handler)
+        async def answered(broker, ctx: RequestContext, request) -> Any:
+            try:
+                return await handler(broker, ctx, request)
+            except CoordinatorError as e:
+                return error_response(broker, ctx, request, e.code)
+
+        return answered
+
+    return wrap

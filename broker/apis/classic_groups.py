@@ -16,7 +16,7 @@ from datetime import timedelta
 from kio.schema.errors import ErrorCode
 
 from broker.apis.auth_helper import authorized_operations
-from broker.apis.base import NO_THROTTLE, ApiSpec, RequestContext
+from broker.apis.base import NO_THROTTLE, ApiSpec, RequestContext, answers_coordinator_errors
 from broker.coordinator.classic_group import (
     GroupDescription,
     JoinRequest,
@@ -43,20 +43,25 @@ def _may_read(broker, ctx: RequestContext, group_id: str) -> bool:
     return broker.authorize(ctx, AclOperation.READ, ResourceType.GROUP, group_id)
 
 
+def _join_error(broker, ctx: RequestContext, request, code: ErrorCode) -> object:
+    return ctx.response(
+        "JoinGroupResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=code,
+        generation_id=-1,
+        protocol_type=None,
+        protocol_name=None if ctx.api_version >= 7 else "",
+        leader="",
+        skip_assignment=False,
+        member_id="",
+        members=(),
+    )
+
+
+@answers_coordinator_errors(_join_error)
 async def handle_join_group(broker, ctx: RequestContext, request) -> object:
     if not _may_read(broker, ctx, request.group_id):
-        return ctx.response(
-            "JoinGroupResponse",
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.group_authorization_failed,
-            generation_id=-1,
-            protocol_type=None,
-            protocol_name=None if ctx.api_version >= 7 else "",
-            leader="",
-            skip_assignment=False,
-            member_id="",
-            members=(),
-        )
+        return _join_error(broker, ctx, request, ErrorCode.group_authorization_failed)
     join = JoinRequest(
         group_id=request.group_id,
         member_id=request.member_id,
@@ -98,16 +103,21 @@ async def handle_join_group(broker, ctx: RequestContext, request) -> object:
     )
 
 
+def _sync_error(broker, ctx: RequestContext, request, code: ErrorCode) -> object:
+    return ctx.response(
+        "SyncGroupResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=code,
+        protocol_type=None,
+        protocol_name=None,
+        assignment=b"",
+    )
+
+
+@answers_coordinator_errors(_sync_error)
 async def handle_sync_group(broker, ctx: RequestContext, request) -> object:
     if not _may_read(broker, ctx, request.group_id):
-        return ctx.response(
-            "SyncGroupResponse",
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.group_authorization_failed,
-            protocol_type=None,
-            protocol_name=None,
-            assignment=b"",
-        )
+        return _sync_error(broker, ctx, request, ErrorCode.group_authorization_failed)
     sync = SyncRequest(
         group_id=request.group_id,
         member_id=request.member_id,
@@ -131,13 +141,14 @@ async def handle_sync_group(broker, ctx: RequestContext, request) -> object:
     )
 
 
+def _heartbeat_error(broker, ctx: RequestContext, request, code: ErrorCode) -> object:
+    return ctx.response("HeartbeatResponse", throttle_time=NO_THROTTLE, error_code=code)
+
+
+@answers_coordinator_errors(_heartbeat_error)
 async def handle_heartbeat(broker, ctx: RequestContext, request) -> object:
     if not _may_read(broker, ctx, request.group_id):
-        return ctx.response(
-            "HeartbeatResponse",
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.group_authorization_failed,
-        )
+        return _heartbeat_error(broker, ctx, request, ErrorCode.group_authorization_failed)
     coordinator = broker.group_coordinator
     error = await broker.coordinator_runtime.run(
         request.group_id,
@@ -149,17 +160,19 @@ async def handle_heartbeat(broker, ctx: RequestContext, request) -> object:
             now_ms,
         ),
     )
-    return ctx.response("HeartbeatResponse", throttle_time=NO_THROTTLE, error_code=error)
+    return _heartbeat_error(broker, ctx, request, error)
 
 
+def _leave_error(broker, ctx: RequestContext, request, code: ErrorCode) -> object:
+    return ctx.response(
+        "LeaveGroupResponse", throttle_time=NO_THROTTLE, error_code=code, members=()
+    )
+
+
+@answers_coordinator_errors(_leave_error)
 async def handle_leave_group(broker, ctx: RequestContext, request) -> object:
     if not _may_read(broker, ctx, request.group_id):
-        return ctx.response(
-            "LeaveGroupResponse",
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.group_authorization_failed,
-            members=(),
-        )
+        return _leave_error(broker, ctx, request, ErrorCode.group_authorization_failed)
     batched = ctx.api_version >= 3
     members = (
         [MemberIdentity(m.member_id, m.group_instance_id) for m in request.members]
@@ -174,7 +187,7 @@ async def handle_leave_group(broker, ctx: RequestContext, request) -> object:
     if not batched:
         # Before v3 the one member's error is the response's.
         error = response.error if response.error != ErrorCode.none else response.members[0].error
-        return ctx.response("LeaveGroupResponse", throttle_time=NO_THROTTLE, error_code=error)
+        return _leave_error(broker, ctx, request, error)
     return ctx.response(
         "LeaveGroupResponse",
         throttle_time=NO_THROTTLE,
@@ -206,6 +219,9 @@ async def handle_describe_groups(broker, ctx: RequestContext, request) -> object
 def _describe(broker, ctx: RequestContext, group_id: str) -> GroupDescription:
     if not broker.authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
         return GroupDescription(group_id, "", error=ErrorCode.group_authorization_failed)
+    error = broker.coordinator_runtime.partitions.error(group_id)
+    if error is not ErrorCode.none:
+        return GroupDescription(group_id, "", error=error)
     coordinator = broker.group_coordinator
     description = coordinator.classic.describe_group(group_id)
     if description.error != ErrorCode.group_id_not_found:

@@ -6,7 +6,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.apis.auth_helper import UNREQUESTED_OPERATIONS, cluster_authorized_operations
 from broker.apis.base import NO_THROTTLE, RequestContext
-from broker.apis.metadata import broker_nodes
+from broker.apis.metadata import broker_nodes, controller_id
 
 BROKERS_ENDPOINT = 1
 
@@ -32,11 +32,16 @@ def handle_describe_cluster(broker, ctx: RequestContext, request) -> object:
         error_message=None,
         endpoint_type=BROKERS_ENDPOINT,
         cluster_id=broker.image.cluster_id,
-        controller_id=broker.node_id,
-        # v2 (KIP-1073) lists fenced brokers too when `include_fenced_brokers` asks for them,
-        # each with `is_fenced`. The only broker is the one answering, registered and never
-        # fenced, so the flag changes nothing here.
-        brokers=tuple(broker_nodes(broker, ctx, "DescribeClusterBroker", is_fenced=False)),
+        controller_id=controller_id(broker),
+        # v2 (KIP-1073) lists fenced brokers too when `include_fenced_brokers` asks for them.
+        brokers=tuple(
+            broker_nodes(
+                broker,
+                ctx,
+                "DescribeClusterBroker",
+                include_fenced=getattr(request, "include_fenced_brokers", False),
+            )
+        ),
         cluster_authorized_operations=cluster_authorized_operations(
             broker, ctx, request.include_cluster_authorized_operations
         ),

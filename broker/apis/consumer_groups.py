@@ -16,7 +16,7 @@ from datetime import timedelta
 from kio.schema.errors import ErrorCode
 
 from broker.apis.auth_helper import authorized_operations, filter_authorized
-from broker.apis.base import NO_THROTTLE, ApiSpec, RequestContext
+from broker.apis.base import NO_THROTTLE, ApiSpec, RequestContext, answers_coordinator_errors
 from broker.coordinator.assignors import Assignment
 from broker.coordinator.consumer_group import ConsumerGroup, GroupError, HeartbeatRequest
 from broker.security.operations import AclOperation, ResourceType
@@ -29,6 +29,7 @@ def _ms(value: timedelta) -> int:
     return value // timedelta(milliseconds=1)
 
 
+@answers_coordinator_errors(lambda broker, ctx, request, code: _heartbeat_error(ctx, code, None))
 async def handle_consumer_group_heartbeat(broker, ctx: RequestContext, request) -> object:
     coordinator = broker.group_coordinator
     # Kafka's isConsumerGroupProtocolEnabled: the protocol is configured and group.version >= 1
@@ -118,6 +119,9 @@ async def handle_consumer_group_describe(broker, ctx: RequestContext, request) -
             continue
         if not broker.authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
             code = ErrorCode.group_authorization_failed
+        else:
+            code = broker.coordinator_runtime.partitions.error(group_id)
+        if code is not ErrorCode.none:
             described.append(_describe_error(ctx, group_id, code, None))
             continue
         try:

@@ -83,7 +83,9 @@ def handle_describe_topic_partitions(broker, ctx: RequestContext, request) -> ob
         first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
         upper = min(topic.partitions, first + remaining)
         partitions = tuple(
-            ctx.response("DescribeTopicPartitionsResponsePartition", **partition_state(broker, p))
+            ctx.response(
+                "DescribeTopicPartitionsResponsePartition", **partition_state(broker, name, p)
+            )
             for p in range(first, upper)
         )
         topics.append(_topic(ctx, ErrorCode.none, name, topic.topic_id, partitions, operations))

@@ -104,6 +104,7 @@ async def _full_fetch(broker, ctx: RequestContext, request, *, create_session: b
             needed=request.min_bytes - size,
             partitions=[(name, p.partition) for name, _, p in wanted],
             read_committed=read_committed,
+            replica=replica_id(request) >= 0,
         )
         broker.replica_manager.park(waiter)
         try:
@@ -132,7 +133,7 @@ def _create_session(broker, ctx, request, wanted, reads, read_committed) -> Fetc
     cached = [_cached_partition(name, topic_id, p) for name, topic_id, p in wanted]
     session = cache.maybe_create_session(
         cache.clock_ms(),
-        _replica_id(request) >= 0,  # the privileged bit: follower fetchers
+        replica_id(request) >= 0,  # the privileged bit: follower fetchers
         ctx.api_version >= TOPIC_IDS_VERSION,
         cached,
     )
@@ -146,7 +147,7 @@ def _create_session(broker, ctx, request, wanted, reads, read_committed) -> Fetc
 async def _incremental_fetch(broker, ctx: RequestContext, request, session: FetchSession):
     expected_epoch = session.epoch
     read_committed = request.isolation_level == READ_COMMITTED
-    pending = session.changed_partitions()
+    pending = _pending(ctx, session)
     reads, size, failed = _read(
         broker, ctx, request, _session_wanted(broker, pending), read_committed
     )
@@ -166,7 +167,7 @@ async def _incremental_fetch(broker, ctx: RequestContext, request, session: Fetc
                 timed_out = True
             finally:
                 session.listeners.discard(waiter.on_change)
-            pending = session.changed_partitions()
+            pending = _pending(ctx, session)
             reads, size, failed = _read(
                 broker, ctx, request, _session_wanted(broker, pending), read_committed
             )
@@ -190,6 +191,13 @@ async def _incremental_fetch(broker, ctx: RequestContext, request, session: Fetc
         session_id=session.id,
         responses=_topic_responses(ctx, included),
     )
+
+
+def _pending(ctx: RequestContext, session: FetchSession) -> list[CachedPartition]:
+    """The partitions an incremental fetch reads: a consumer's changed ones only; all of a
+    follower's, whose every fetch reports its position on each (checked like a full fetch:
+    leader epoch, diverging epoch)."""
+    return session.partitions_in_order() if ctx.replication else session.changed_partitions()
 
 
 class _SessionWaiter:
@@ -225,7 +233,8 @@ def _record(session: FetchSession, cached: CachedPartition, data, read_committed
     )
 
 
-def _replica_id(request) -> int:
+def replica_id(request) -> int:
+    """The fetching follower's id; -1 for a consumer."""
     state = getattr(request, "replica_state", None)  # v15+
     return state.replica_id if state is not None else getattr(request, "replica_id", -1)
 
@@ -286,7 +295,8 @@ def _read(broker, ctx: RequestContext, request, wanted, read_committed: bool):
     """Per partition of `wanted`, in order: (name, topic id, PartitionData); the bytes read and
     whether any partition failed."""
     rm = broker.replica_manager
-    quota_bytes = broker.quotas.fetch_max_bytes(ctx.user, ctx.client_id or "")
+    follower = ctx.replication
+    quota_bytes = None if follower else broker.quotas.fetch_max_bytes(ctx.user, ctx.client_id or "")
     budget = FetchBudget(
         request.max_bytes if quota_bytes is None else min(request.max_bytes, quota_bytes)
     )
@@ -301,17 +311,25 @@ def _read(broker, ctx: RequestContext, request, wanted, read_committed: bool):
         if log is None and topic_id is not None and name is None:
             code = ErrorCode.unknown_topic_id
         if code == ErrorCode.none:
-            code = rm.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+            code = rm.check_leader_epoch(name, p.partition, getattr(p, "current_leader_epoch", -1))
         records = b""
         aborted = None
-        if code == ErrorCode.none:
-            try:
-                data, _ = budget.read(
-                    log,
-                    p.fetch_offset,
-                    p.partition_max_bytes,
-                    log.last_stable_offset if read_committed else log.high_watermark,
+        diverging = None
+        if code == ErrorCode.none and follower:
+            diverging = _diverging_epoch(ctx, log, p)
+            if diverging is None:
+                broker.replica_manager.follower_fetched(
+                    (name, p.partition), *_replica(request), p.fetch_offset
                 )
+        if code == ErrorCode.none and diverging is None:
+            if follower:
+                max_offset = log.log_end_offset
+            elif read_committed:
+                max_offset = log.last_stable_offset
+            else:
+                max_offset = log.high_watermark
+            try:
+                data, _ = budget.read(log, p.fetch_offset, p.partition_max_bytes, max_offset)
             except OffsetOutOfRangeError:
                 code = ErrorCode.offset_out_of_range
             else:
@@ -340,16 +358,38 @@ def _read(broker, ctx: RequestContext, request, wanted, read_committed: bool):
             aborted_transactions=aborted,
             preferred_read_replica=-1,
             records=records,
+            **({"diverging_epoch": diverging} if diverging is not None else {}),
         )
         reads.append((name, topic_id, partition))
     return reads, budget.total, failed
+
+
+def _diverging_epoch(ctx: RequestContext, log, p):
+    """KIP-320: a follower whose last fetched epoch ends earlier here than where it fetches
+    from (or that this log does not have) diverged; it is told where the leader's log for that
+    epoch ends, and truncates there."""
+    last_fetched_epoch = getattr(p, "last_fetched_epoch", -1)
+    if last_fetched_epoch < 0:
+        return None
+    epoch, end_offset = log.end_offset_for_epoch(last_fetched_epoch)
+    if epoch < last_fetched_epoch or end_offset < p.fetch_offset:
+        return ctx.response("EpochEndOffset", epoch=epoch, end_offset=end_offset)
+    return None
+
+
+def _replica(request) -> tuple[int, int]:
+    """The fetching follower's id and broker epoch (-1 before v15, which does not send it)."""
+    state = getattr(request, "replica_state", None)
+    if state is not None:
+        return state.replica_id, state.replica_epoch
+    return request.replica_id, -1
 
 
 def readable_topics(broker, ctx: RequestContext, request, names: set) -> set:
     """Consumers need READ on each topic, followers CLUSTER_ACTION on the cluster. Checked on
     every request, so a session's partitions lose access as soon as an ACL goes."""
     names.discard(None)
-    if _replica_id(request) >= 0:
+    if replica_id(request) >= 0:
         return names if authorize_cluster(broker, ctx, AclOperation.CLUSTER_ACTION) else set()
     return filter_authorized(broker, ctx, AclOperation.READ, ResourceType.TOPIC, names)
 

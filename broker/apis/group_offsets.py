@@ -13,10 +13,12 @@ from datetime import timedelta
 from kio.schema.errors import ErrorCode
 
 from broker.apis.auth_helper import authorize_cluster, filter_authorized
-from broker.apis.base import NO_THROTTLE, ApiSpec, RequestContext
+from broker.apis.base import NO_THROTTLE, ApiSpec, RequestContext, answers_coordinator_errors
+from broker.apis.metadata import node_endpoint
 from broker.coordinator.offsets import NO_OFFSET, CommittedOffset, OffsetCommitRequest
 from broker.coordinator.records import ZERO_UUID
 from broker.security.operations import AclOperation, ResourceType
+from broker.server.coordinator_log import CoordinatorError
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 _KEY_RESOURCES = {
@@ -37,13 +39,14 @@ async def handle_find_coordinator(broker, ctx: RequestContext, request) -> objec
     else:
         resource_type, refused = _KEY_RESOURCES[key_type]
         allowed = filter_authorized(broker, ctx, AclOperation.DESCRIBE, resource_type, keys)
-        if allowed and key_type == GROUP_KEY:
-            await broker.coordinator_runtime.ensure_offsets_topic()
-        elif allowed:
-            await broker.transaction_runtime.ensure_state_topic()
-        host, port = broker.advertised_address(ctx.listener)
+        if key_type == GROUP_KEY:
+            runtime = broker.coordinator_runtime
+        else:
+            runtime = broker.transaction_runtime
+        if allowed:
+            await runtime.ensure_topic()
         results = [
-            (key, ErrorCode.none, None, broker.node_id, host, port)
+            _coordinator(broker, ctx, runtime.partitions, key)
             if key in allowed
             else (key, refused, None, -1, "", -1)
             for key in keys
@@ -77,6 +80,17 @@ async def handle_find_coordinator(broker, ctx: RequestContext, request) -> objec
     )
 
 
+def _coordinator(broker, ctx: RequestContext, partitions, key: str) -> tuple:
+    """The leader of the key's partition of the coordinator's topic, at its endpoint on the
+    request's listener; COORDINATOR_NOT_AVAILABLE while the partition has none."""
+    registration = broker.image.partition(partitions.topic, partitions.partition_for(key))
+    leader = -1 if registration is None else registration.leader
+    endpoint = node_endpoint(broker, ctx.listener, leader) if leader >= 0 else None
+    if endpoint is None:
+        return key, ErrorCode.coordinator_not_available, None, -1, "", -1
+    return key, ErrorCode.none, None, leader, *endpoint
+
+
 # OffsetCommit and OffsetFetch v10 name topics by id instead of name (KIP-848), in requests and
 # responses alike.
 TOPIC_IDS_VERSION = 10
@@ -92,6 +106,12 @@ def _named(broker, ctx: RequestContext, topics) -> list[tuple[str | None, object
     return [(meta.name if meta else None, t) for meta, t in found]
 
 
+def _offset_commit_error(broker, ctx: RequestContext, request, code: ErrorCode) -> object:
+    topics = _named(broker, ctx, request.topics)
+    return _offset_commit_response(ctx, topics, _all_partitions(topics, code))
+
+
+@answers_coordinator_errors(_offset_commit_error)
 async def handle_offset_commit(broker, ctx: RequestContext, request) -> object:
     topics = _named(broker, ctx, request.topics)
     if not broker.authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
@@ -114,7 +134,7 @@ async def handle_offset_commit(broker, ctx: RequestContext, request) -> object:
             for name, t in topics
             if name in readable
             for p in t.partitions
-            if broker.replica_manager.log(name, p.partition_index) is None
+            if broker.image.partition(name, p.partition_index) is None
         },
     }
     partitions = [
@@ -188,7 +208,7 @@ def _offset_commit_response(ctx: RequestContext, topics, errors) -> object:
 
 
 async def handle_offset_fetch(broker, ctx: RequestContext, request) -> object:
-    await broker.coordinator_runtime.ensure_offsets_topic()
+    await broker.coordinator_runtime.ensure_topic()
     # v7+: a consumer about to start from its committed offsets may ask not to be given one
     # that an open transaction is about to replace (UNSTABLE_OFFSET_COMMIT, it retries).
     require_stable = getattr(request, "require_stable", False)
@@ -229,6 +249,9 @@ def _fetch_group(
         topic_ids = {n: t.topic_id for n, t in named if n is not None} if by_id else None
     if not broker.authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
         error = ErrorCode.group_authorization_failed
+    else:
+        error = broker.coordinator_runtime.partitions.error(group_id)
+    if error is not ErrorCode.none:
         # Before v2 the error is told partition by partition.
         refused = CommittedOffset(NO_OFFSET, -1, "", error)
         offsets = dict.fromkeys(wanted or (), refused) if ctx.api_version < 2 else {}
@@ -321,6 +344,9 @@ def _fetch_describable(
     return error, {tp: offsets[tp] if tp[0] in describable else _TOPIC_REFUSED for tp in wanted}
 
 
+@answers_coordinator_errors(
+    lambda broker, ctx, request, code: _offset_delete_response(ctx, request, code, {})
+)
 async def handle_offset_delete(broker, ctx: RequestContext, request) -> object:
     if not broker.authorize(ctx, AclOperation.DELETE, ResourceType.GROUP, request.group_id):
         error, errors = ErrorCode.group_authorization_failed, {}
@@ -340,6 +366,10 @@ async def handle_offset_delete(broker, ctx: RequestContext, request) -> object:
         )
         refused = [(t.name, t) for t in request.topics if t.name not in readable]
         errors = {**errors, **_all_partitions(refused, ErrorCode.topic_authorization_failed)}
+    return _offset_delete_response(ctx, request, error, errors)
+
+
+def _offset_delete_response(ctx: RequestContext, request, error: ErrorCode, errors) -> object:
     return ctx.response(
         "OffsetDeleteResponse",
         error_code=error,
@@ -399,9 +429,12 @@ async def handle_delete_groups(broker, ctx: RequestContext, request) -> object:
         results[group_id] = ErrorCode.group_authorization_failed
     # One operation per group: each group's records go to its own partition.
     for group_id in deletable:
-        outcome = await broker.coordinator_runtime.run(
-            group_id, lambda now_ms, g=group_id: coordinator.delete_groups([g])
-        )
+        try:
+            outcome = await broker.coordinator_runtime.run(
+                group_id, lambda now_ms, g=group_id: coordinator.delete_groups([g])
+            )
+        except CoordinatorError as e:
+            outcome = {group_id: e.code}
         results.update(outcome)
     return ctx.response(
         "DeleteGroupsResponse",

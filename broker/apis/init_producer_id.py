@@ -16,7 +16,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from broker.apis.auth_helper import authorize_cluster
-from broker.apis.base import NO_THROTTLE, RequestContext
+from broker.apis.base import NO_THROTTLE, RequestContext, answers_coordinator_errors
 from broker.coordinator.transaction_coordinator import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -25,6 +25,7 @@ from broker.coordinator.transaction_coordinator import (
 from broker.security.operations import AclOperation, ResourceType
 
 
+@answers_coordinator_errors(lambda broker, ctx, request, code: _response(ctx, code))
 async def handle_init_producer_id(broker, ctx: RequestContext, request) -> object:
     transactional_id = request.transactional_id
     two_phase_commit = getattr(request, "enable2_pc", False)
@@ -76,6 +77,7 @@ async def _init_transactional(
     coordinator = broker.transaction_coordinator
     # A new producer id is allocated only when the id needs one (first use, an exhausted epoch).
     result: InitProducerIdResponse = await broker.transaction_runtime.run_with_producer_id(
+        request.transactional_id,
         lambda now_ms, fresh: coordinator.init_producer_id(
             request.transactional_id,
             int(request.transaction_timeout.total_seconds() * 1000),
@@ -86,7 +88,7 @@ async def _init_transactional(
             two_phase_commit=two_phase_commit,
             keep_prepared_txn=keep_prepared_txn,
             transaction_version=broker.transaction_runtime.transaction_version,
-        )
+        ),
     )
     error = result.error
     if error is ErrorCode.producer_fenced and ctx.api_version < 4:

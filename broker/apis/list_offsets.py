@@ -49,7 +49,9 @@ def handle_list_offsets(broker, ctx: RequestContext, request) -> object:
             else:
                 log, code = rm.lookup(topic.name, p.partition_index)
             if code == ErrorCode.none:
-                code = rm.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+                code = rm.check_leader_epoch(
+                    topic.name, p.partition_index, getattr(p, "current_leader_epoch", -1)
+                )
             offset, timestamp = UNKNOWN
             if code == ErrorCode.none:
                 offset, timestamp = _offset_for(log, p.timestamp, isolation_level)
@@ -62,7 +64,7 @@ def handle_list_offsets(broker, ctx: RequestContext, request) -> object:
                     offset=offset,
                     # No offset found (nothing tiered, no record at the timestamp): Kafka
                     # answers without an epoch.
-                    leader_epoch=rm.leader_epoch if offset >= 0 else -1,
+                    leader_epoch=log.leader_epochs.epoch_for_offset(offset) if offset >= 0 else -1,
                 )
             )
         topics.append(

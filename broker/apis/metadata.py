@@ -14,6 +14,7 @@ from broker.apis.auth_helper import (
 )
 from broker.apis.base import NO_THROTTLE, RequestContext
 from broker.apis.produce import CLOSE_CONNECTION
+from broker.metadata.cluster import NO_LEADER, PartitionRegistration
 from broker.metadata.image import topic_name_problem
 from broker.security.operations import AclOperation, ResourceType
 
@@ -65,6 +66,9 @@ async def handle_metadata(broker, ctx: RequestContext, request) -> object:
                 results.append(_topic_error(ctx, name, None, code))
                 continue
             topic = await broker.auto_create_topic(name)
+            if topic is None:  # no broker to place it on yet: clients retry, as in Kafka
+                results.append(_topic_error(ctx, name, None, ErrorCode.leader_not_available))
+                continue
         if topic is None:
             code = (
                 ErrorCode.invalid_topic_exception
@@ -74,7 +78,7 @@ async def handle_metadata(broker, ctx: RequestContext, request) -> object:
             results.append(_topic_error(ctx, name, topic_id, code))
             continue
         partitions = tuple(
-            ctx.response("MetadataResponsePartition", **partition_state(broker, p))
+            ctx.response("MetadataResponsePartition", **partition_state(broker, topic.name, p))
             for p in range(topic.partitions)
         )
         results.append(
@@ -102,7 +106,7 @@ async def handle_metadata(broker, ctx: RequestContext, request) -> object:
         error_code=ErrorCode.none,
         brokers=tuple(broker_nodes(broker, ctx, "MetadataResponseBroker")),
         cluster_id=image.cluster_id,
-        controller_id=broker.node_id,
+        controller_id=controller_id(broker),
         topics=tuple(results),
         cluster_authorized_operations=cluster_authorized_operations(
             broker, ctx, getattr(request, "include_cluster_authorized_operations", False)
@@ -110,33 +114,66 @@ async def handle_metadata(broker, ctx: RequestContext, request) -> object:
     )
 
 
-def partition_state(broker, partition: int) -> dict:
-    """A partition's leader and replicas, as Metadata and DescribeTopicPartitions give them:
-    this broker is each partition's only replica, in sync and leading."""
+def controller_id(broker) -> int:
+    """The controller, for admin clients to send it the controller's requests. Between
+    controllers (or before the first), this broker: a client that asks it gets NOT_CONTROLLER
+    and looks again, where -1 would leave librdkafka waiting for a controller to appear."""
+    controller = broker.image.controller_id
+    return controller if controller in broker.image.brokers else broker.node_id
+
+
+def partition_state(broker, topic: str, partition: int) -> dict:
+    """A partition's leader and replicas, as Metadata and DescribeTopicPartitions give them.
+    Replicas on brokers that are fenced or gone are offline; a partition without a leader
+    answers LEADER_NOT_AVAILABLE, as Kafka's metadata cache does."""
+    image = broker.image
+    reg = image.partition(topic, partition)
+    if reg is None:  # a topic's partitions being added, not yet registered
+        reg = PartitionRegistration((), (), NO_LEADER, -1)
+    offline = tuple(r for r in reg.replicas if r not in image.brokers or image.brokers[r].fenced)
     return {
-        "error_code": ErrorCode.none,
+        "error_code": ErrorCode.leader_not_available if reg.offline else ErrorCode.none,
         "partition_index": partition,
-        "leader_id": broker.node_id,
-        "leader_epoch": broker.replica_manager.leader_epoch,
-        "replica_nodes": (broker.node_id,),
-        "isr_nodes": (broker.node_id,),
-        "offline_replicas": (),
+        "leader_id": reg.leader,
+        "leader_epoch": reg.leader_epoch,
+        "replica_nodes": reg.replicas,
+        "isr_nodes": reg.isr,
+        "offline_replicas": offline,
     }
 
 
-def broker_nodes(broker, ctx: RequestContext, class_name: str, **extra) -> list:
-    host, port = broker.advertised_address(ctx.listener)
-    return [
-        ctx.response(
-            class_name,
-            node_id=broker.node_id,
-            broker_id=broker.node_id,
-            host=host,
-            port=port,
-            rack=None,
-            **extra,
+def node_endpoint(broker, listener: str, node_id: int) -> tuple[str, int] | None:
+    """Where clients reach broker `node_id` on `listener`: this one as it advertises itself,
+    the others as they registered; None for one unknown or without that listener."""
+    if node_id == broker.node_id:
+        return broker.advertised_address(listener)
+    registration = broker.image.brokers.get(node_id)
+    if registration is None or listener not in registration.endpoints:
+        return None
+    return registration.endpoints[listener]
+
+
+def broker_nodes(broker, ctx: RequestContext, class_name: str, include_fenced=False) -> list:
+    """The brokers clients may reach, at their endpoints on the request's listener: this one
+    as it advertises itself, the others as they registered; fenced ones only on request."""
+    nodes = []
+    for node_id, registration in sorted(broker.image.brokers.items()):
+        endpoint = node_endpoint(broker, ctx.listener, node_id)
+        if endpoint is None or (registration.fenced and not include_fenced):
+            continue
+        host, port = endpoint
+        nodes.append(
+            ctx.response(
+                class_name,
+                node_id=node_id,
+                broker_id=node_id,
+                host=host,
+                port=port,
+                rack=registration.rack,
+                is_fenced=registration.fenced,
+            )
         )
-    ]
+    return nodes
 
 
 def _topic_error(ctx, name, topic_id, code):

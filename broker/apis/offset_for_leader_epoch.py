@@ -24,7 +24,7 @@ def handle_offset_for_leader_epoch(broker, ctx: RequestContext, request) -> obje
             else:
                 log, code = None, ErrorCode.topic_authorization_failed
             if code == ErrorCode.none:
-                code = rm.check_leader_epoch(p.current_leader_epoch)
+                code = rm.check_leader_epoch(topic.topic, p.partition, p.current_leader_epoch)
             epoch = end_offset = -1
             if code == ErrorCode.none:
                 epoch, end_offset = log.end_offset_for_epoch(p.leader_epoch)

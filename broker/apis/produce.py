@@ -7,6 +7,7 @@ v13 names topics by id (UNKNOWN_TOPIC_ID for one the cluster does not have)."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -15,7 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.apis.auth_helper import filter_authorized
 from broker.apis.base import NO_THROTTLE, RequestContext
-from broker.apis.transaction_join import join_transaction
+from broker.apis.transaction_join import check_produce, coordinated_elsewhere, join_transaction
 from broker.records.batch import (
     ATTRIBUTES_OFFSET,
     MAGIC_OFFSET,
@@ -43,9 +44,12 @@ class PartitionResult:
     base_offset: int = -1
     log_append_time_ms: int = -1
     log_start_offset: int = -1
+    # The offset after the records written (or found written), for acks=all to wait on.
+    end_offset: int = -1
 
 
-def handle_produce(broker, ctx: RequestContext, request) -> object:
+def handle_produce(broker, ctx: RequestContext, request, checked=None) -> object:
+    """`checked`: the answers of the transaction's coordinator on another broker."""
     acks = request.acks
     now_ms = int(time.time() * 1000)
     any_error = False
@@ -63,8 +67,15 @@ def handle_produce(broker, ctx: RequestContext, request) -> object:
         known = (n for n in names if n is not None)
         writable = filter_authorized(broker, ctx, AclOperation.WRITE, ResourceType.TOPIC, known)
         refusal = PartitionResult(ErrorCode.topic_authorization_failed)
-    transaction = (request.transactional_id, ctx.api_version)
-    topics = []
+    if (
+        checked is None
+        and writable
+        and _has_transactional_records(request)
+        and coordinated_elsewhere(broker, request, ctx.api_version)
+    ):
+        return _checked_by_coordinator(broker, ctx, request, names)
+    transaction = (request.transactional_id, ctx.api_version, checked)
+    results = []
     for topic_data, name in zip(request.topic_data, names, strict=True):
         partitions = []
         for pd in topic_data.partition_data:
@@ -79,24 +90,67 @@ def handle_produce(broker, ctx: RequestContext, request) -> object:
                     broker, name, pd.index, pd.records, acks, now_ms, to_flush, transaction
                 )
             any_error = any_error or result.error_code != ErrorCode.none
-            partitions.append(_partition_response(ctx, pd.index, result))
-        topics.append(
-            ctx.response(
-                "TopicProduceResponse",
-                name=name,
-                topic_id=getattr(topic_data, "topic_id", None),
-                partition_responses=tuple(partitions),
-            )
-        )
+            partitions.append((pd.index, result))
+        results.append((name, getattr(topic_data, "topic_id", None), partitions))
     if acks == 0:
         response = CLOSE_CONNECTION if any_error else None
+    elif acks == -1 and broker.replica_manager.clustered:
+        return _replicated(broker, ctx, request, results, to_flush)
     else:
-        response = ctx.response(
-            "ProduceResponse", responses=tuple(topics), throttle_time=NO_THROTTLE
-        )
+        response = _produce_response(ctx, results)
     if to_flush:
         return _flushed(broker, to_flush, response)
     return response
+
+
+async def _checked_by_coordinator(broker, ctx: RequestContext, request, names) -> object:
+    checked = await check_produce(broker, request, names, ctx.api_version)
+    response = handle_produce(broker, ctx, request, checked)
+    return await response if inspect.isawaitable(response) else response
+
+
+def _produce_response(ctx: RequestContext, results) -> object:
+    topics = tuple(
+        ctx.response(
+            "TopicProduceResponse",
+            name=name,
+            topic_id=topic_id,
+            partition_responses=tuple(_partition_response(ctx, i, r) for i, r in partitions),
+        )
+        for name, topic_id, partitions in results
+    )
+    return ctx.response("ProduceResponse", responses=topics, throttle_time=NO_THROTTLE)
+
+
+async def _replicated(broker, ctx: RequestContext, request, results, to_flush) -> object:
+    """acks=all in a cluster: each written partition answers once the ISR has its records
+    (or NOT_ENOUGH_REPLICAS_AFTER_APPEND, or REQUEST_TIMED_OUT after the request's timeout)."""
+    if to_flush:
+        await flush_logs(broker, to_flush)
+    rm = broker.replica_manager
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + request.timeout.total_seconds()
+    waits = []
+    for name, _, partitions in results:
+        meta = broker.image.topic(name) if name is not None else None
+        for i, (index, result) in enumerate(partitions):
+            if result.end_offset >= 0 and meta is not None:
+                min_isr = rm.topic_config_value(meta, "min.insync.replicas")
+                waits.append(
+                    (
+                        partitions,
+                        i,
+                        rm.wait_for_replication(
+                            (name, index), result.end_offset, min_isr, deadline
+                        ),
+                    )
+                )
+    outcomes = await asyncio.gather(*(w for _, _, w in waits))
+    for (partitions, i, _), code in zip(waits, outcomes, strict=True):
+        index, result = partitions[i]
+        if code != ErrorCode.none:
+            partitions[i] = (index, PartitionResult(code))
+    return _produce_response(ctx, results)
 
 
 def _topic_names(broker, ctx: RequestContext, request) -> list[str | None]:
@@ -163,7 +217,7 @@ def _append(
     acks: int,
     now_ms: int,
     to_flush: list,
-    transaction: tuple[str | None, int],
+    transaction: tuple,
 ) -> PartitionResult:
     log, meta, result = writable_partition(broker, topic, partition)
     if log is None:
@@ -203,7 +257,7 @@ def append_batch(
     *,
     timestamp_bounds: tuple[int, int] | None = None,
     as_is: LegacyAppend | None = None,
-    transaction: tuple[str | None, int] = (None, 0),
+    transaction: tuple = (None, 0, None),
 ) -> PartitionResult:
     """Append one validated v2 batch to the partition `writable_partition` found: topic
     limits, timestamps, transaction and producer-state checks, then Log.append.
@@ -212,7 +266,8 @@ def append_batch(
     caller knows the records' exact ones (an up-converted message set), and `as_is` is that
     set as produced, appended instead of converting the batch back when the log keeps the
     set's magic. `transaction` is the request's transactional id and Produce version, which
-    say how a transactional batch's partition joins its transaction."""
+    say how a transactional batch's partition joins its transaction, with the answers of its
+    coordinator on another broker if it was asked (`join_transaction`)."""
     rm = broker.replica_manager
     if header.is_control:
         return PartitionResult(
@@ -224,7 +279,9 @@ def append_batch(
             ErrorCode.message_too_large,
             f"The batch of {header.size} bytes exceeds max.message.bytes={max_bytes}",
         )
-    if acks == -1 and rm.topic_config_value(meta, "min.insync.replicas") > 1:
+    if acks == -1 and not rm.enough_replicas(
+        topic, partition, rm.topic_config_value(meta, "min.insync.replicas")
+    ):
         return PartitionResult(
             ErrorCode.not_enough_replicas,
             "The in-sync replicas are fewer than min.insync.replicas",
@@ -270,11 +327,14 @@ def append_batch(
                 base_offset=duplicate.first_offset,
                 log_append_time_ms=now_ms if log.config.log_append_time else -1,
                 log_start_offset=log.log_start_offset,
+                end_offset=duplicate.last_offset + 1,
             )
     if legacy is not None:
         appended = log.append_legacy(legacy, now_ms=now_ms)
     else:
-        appended = log.append(records, header, now_ms=now_ms, leader_epoch=rm.leader_epoch)
+        appended = log.append(
+            records, header, now_ms=now_ms, leader_epoch=rm.leader_epoch_of(topic, partition)
+        )
     if appended.flush_due:
         to_flush.append(log)
     rm.appended((topic, partition), appended.size)
@@ -283,6 +343,7 @@ def append_batch(
         base_offset=appended.base_offset,
         log_append_time_ms=appended.log_append_time_ms,
         log_start_offset=log.log_start_offset,
+        end_offset=appended.last_offset + 1,
     )
 
 

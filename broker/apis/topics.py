@@ -63,12 +63,14 @@ async def handle_create_topics(broker, ctx: RequestContext, request) -> object:
                 )
             if t.name not in creatable:
                 raise KafkaError(ErrorCode.topic_authorization_failed, AUTHORIZATION_FAILED)
-            partitions, configs = _validate_creation(broker, t)
+            partitions, configs, replication, assignment = _validate_creation(broker, t)
             if request.validate_only:
                 topic = None
             else:
                 _spend(quota, partitions)
-                topic = await broker.create_topic(t.name, partitions, configs)
+                topic = await broker.create_topic(
+                    t.name, partitions, configs, replication, assignment
+                )
         except KafkaError as e:
             results.append(
                 ctx.response(
@@ -95,7 +97,7 @@ async def handle_create_topics(broker, ctx: RequestContext, request) -> object:
                 if t.name in describable
                 else ErrorCode.topic_authorization_failed,
                 num_partitions=partitions,
-                replication_factor=1,
+                replication_factor=replication,
                 configs=tuple(
                     ctx.response(
                         "CreatableTopicConfigs",
@@ -116,7 +118,7 @@ async def handle_create_topics(broker, ctx: RequestContext, request) -> object:
     )
 
 
-def _validate_creation(broker, t) -> tuple[int, dict[str, str]]:
+def _validate_creation(broker, t) -> tuple[int, dict[str, str], int, list | None]:
     problem = topic_name_problem(t.name)
     if problem:
         raise KafkaError(ErrorCode.invalid_topic_exception, problem)
@@ -143,6 +145,9 @@ def _validate_creation(broker, t) -> tuple[int, dict[str, str]]:
                 "Partitions must be numbered consecutively from 0",
             )
         partitions = len(indexes)
+        by_index = {a.partition_index: tuple(a.broker_ids) for a in t.assignments}
+        assignment = [by_index[i] for i in range(partitions)]
+        replication = len(assignment[0])
     else:
         partitions = broker.config["num.partitions"] if t.num_partitions == -1 else t.num_partitions
         replication = (
@@ -158,21 +163,23 @@ def _validate_creation(broker, t) -> tuple[int, dict[str, str]]:
             raise KafkaError(
                 ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0."
             )
-        if replication > 1:
+        registered = len(broker.usable_brokers())
+        if replication > registered:
             raise KafkaError(
                 ErrorCode.invalid_replication_factor,
                 f"Unable to replicate the partition {replication} time(s): "
                 "The target replication factor of "
-                f"{replication} cannot be reached because only 1 broker(s) are "
+                f"{replication} cannot be reached because only {registered} broker(s) are "
                 "registered.",
             )
+        assignment = None
     _check_openable(broker, partitions)
     configs = {c.name: c.value for c in t.configs}
     try:
         validate_topic_configs(configs)
     except ConfigError as e:
         raise KafkaError(ErrorCode.invalid_config, str(e)) from None
-    return partitions, configs
+    return partitions, configs, replication, assignment
 
 
 def _check_openable(broker, new_partitions: int) -> None:
@@ -194,7 +201,7 @@ def _check_assignments(broker, replica_lists) -> None:
                 ErrorCode.invalid_replica_assignment,
                 "Duplicate brokers not allowed in replica assignment",
             )
-        unknown = [b for b in replicas if b != broker.node_id]
+        unknown = [b for b in replicas if b not in broker.image.brokers]
         if unknown or not replicas:
             raise KafkaError(
                 ErrorCode.invalid_replica_assignment,

@@ -16,12 +16,20 @@ from datetime import UTC, datetime, timedelta
 from kio.schema.errors import ErrorCode
 
 from broker.apis.auth_helper import authorize_cluster, filter_authorized
-from broker.apis.base import NO_THROTTLE, ApiSpec, RequestContext
+from broker.apis.base import NO_THROTTLE, ApiSpec, RequestContext, answers_coordinator_errors
 from broker.apis.transaction_join import abortable_for
 from broker.coordinator.transaction_coordinator import EndTxnResponse
 from broker.coordinator.transaction_records import TransactionState
 from broker.regex import InvalidRegex, compile_regex
 from broker.security.operations import AclOperation, ResourceType
+from broker.server.transaction_verification import (
+    INTER_BROKER_VERSIONS,
+    UNVERIFIED,
+    TransactionCheck,
+    check_here,
+    check_with_coordinator,
+)
+from broker.server.txn_marker_channel import replicated_markers
 from broker.storage.producer_state import ProducerStateError
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -56,8 +64,28 @@ def _may_write(broker, ctx: RequestContext, transactional_id: str) -> bool:
 # -- AddPartitionsToTxn ------------------------------------------------------------------------
 
 
+def _add_partitions_error(broker, ctx: RequestContext, request, code: ErrorCode) -> object:
+    topics = _requested_partitions(request)
+    return _add_partitions_response(ctx, topics, {tp: code for tp in _flat(topics)})
+
+
+def _requested_partitions(request) -> list[tuple[str, tuple[int, ...]]]:
+    return [(t.name, tuple(t.partitions)) for t in request.v3_and_below_topics]
+
+
+def _flat(topics) -> list[tuple[str, int]]:
+    return [(name, p) for name, partitions in topics for p in partitions]
+
+
 async def handle_add_partitions_to_txn(broker, ctx: RequestContext, request) -> object:
-    topics = [(t.name, tuple(t.partitions)) for t in request.v3_and_below_topics]
+    if ctx.api_version >= INTER_BROKER_VERSIONS.start:
+        return await _add_partitions_for_brokers(broker, ctx, request)
+    return await _add_partitions_for_client(broker, ctx, request)
+
+
+@answers_coordinator_errors(_add_partitions_error)
+async def _add_partitions_for_client(broker, ctx: RequestContext, request) -> object:
+    topics = _requested_partitions(request)
     writable = filter_authorized(
         broker, ctx, AclOperation.WRITE, ResourceType.TOPIC, (name for name, _ in topics)
     )
@@ -66,55 +94,103 @@ async def handle_add_partitions_to_txn(broker, ctx: RequestContext, request) -> 
         for p in partitions:
             if name not in writable:
                 refused[(name, p)] = ErrorCode.topic_authorization_failed
-            elif broker.replica_manager.log(name, p) is None:
+            elif broker.image.partition(name, p) is None:
                 refused[(name, p)] = ErrorCode.unknown_topic_or_partition
     if not _may_write(broker, ctx, request.v3_and_below_transactional_id):
-        error = ErrorCode.transactional_id_authorization_failed
-        errors = {(name, p): error for name, partitions in topics for p in partitions}
+        errors = dict.fromkeys(_flat(topics), ErrorCode.transactional_id_authorization_failed)
     elif refused:
         # Nothing is added when any partition is refused; the others are "not attempted".
-        errors = {
-            (name, p): refused.get((name, p), ErrorCode.operation_not_attempted)
-            for name, partitions in topics
-            for p in partitions
-        }
+        errors = {tp: refused.get(tp, ErrorCode.operation_not_attempted) for tp in _flat(topics)}
     else:
         coordinator = broker.transaction_coordinator
+        transactional_id = request.v3_and_below_transactional_id
         error = await broker.transaction_runtime.run(
+            transactional_id,
             lambda now_ms: coordinator.add_partitions(
-                request.v3_and_below_transactional_id,
+                transactional_id,
                 request.v3_and_below_producer_id,
                 request.v3_and_below_producer_epoch,
-                [(name, p) for name, partitions in topics for p in partitions],
+                _flat(topics),
                 now_ms,
-            )
+            ),
         )
-        error = _fenced(error, ctx, 2)
-        errors = {(name, p): error for name, partitions in topics for p in partitions}
+        errors = dict.fromkeys(_flat(topics), _fenced(error, ctx, 2))
+    return _add_partitions_response(ctx, topics, errors)
+
+
+def _add_partitions_response(ctx: RequestContext, topics, errors) -> object:
     return ctx.response(
         "AddPartitionsToTxnResponse",
         throttle_time=NO_THROTTLE,
-        results_by_topic_v3_and_below=tuple(
+        results_by_topic_v3_and_below=_add_partitions_topic_results(ctx, topics, errors),
+    )
+
+
+def _add_partitions_topic_results(ctx: RequestContext, topics, errors) -> tuple:
+    return tuple(
+        ctx.response(
+            "AddPartitionsToTxnTopicResult",
+            name=name,
+            results_by_partition=tuple(
+                ctx.response(
+                    "AddPartitionsToTxnPartitionResult",
+                    partition_index=p,
+                    partition_error_code=errors[(name, p)],
+                )
+                for p in partitions
+            ),
+        )
+        for name, partitions in topics
+    )
+
+
+async def _add_partitions_for_brokers(broker, ctx: RequestContext, request) -> object:
+    """v4+: a partition leader or group coordinator verifying transactions with their
+    coordinator (KIP-890), or adding partitions to them (transaction version 2); an
+    inter-broker request, CLUSTER_ACTION on the cluster."""
+    if not authorize_cluster(broker, ctx, AclOperation.CLUSTER_ACTION):
+        return ctx.response(
+            "AddPartitionsToTxnResponse",
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.cluster_authorization_failed,
+            results_by_transaction=(),
+        )
+    results = []
+    for txn in request.transactions:
+        topics = [(t.name, tuple(t.partitions)) for t in txn.topics]
+        check = TransactionCheck(
+            txn.transactional_id,
+            txn.producer_id,
+            txn.producer_epoch,
+            tuple(_flat(topics)),
+            add=not txn.verify_only,
+        )
+        errors = await check_here(broker, check)
+        results.append(
             ctx.response(
-                "AddPartitionsToTxnTopicResult",
-                name=name,
-                results_by_partition=tuple(
-                    ctx.response(
-                        "AddPartitionsToTxnPartitionResult",
-                        partition_index=p,
-                        partition_error_code=errors[(name, p)],
-                    )
-                    for p in partitions
-                ),
+                "AddPartitionsToTxnResult",
+                transactional_id=txn.transactional_id,
+                topic_results=_add_partitions_topic_results(ctx, topics, errors),
             )
-            for name, partitions in topics
-        ),
+        )
+    return ctx.response(
+        "AddPartitionsToTxnResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        results_by_transaction=tuple(results),
     )
 
 
 # -- AddOffsetsToTxn ---------------------------------------------------------------------------
 
 
+def _add_offsets_response(broker, ctx: RequestContext, request, error: ErrorCode) -> object:
+    return ctx.response(
+        "AddOffsetsToTxnResponse", throttle_time=NO_THROTTLE, error_code=_fenced(error, ctx, 2)
+    )
+
+
+@answers_coordinator_errors(_add_offsets_response)
 async def handle_add_offsets_to_txn(broker, ctx: RequestContext, request) -> object:
     if not _may_write(broker, ctx, request.transactional_id):
         error = ErrorCode.transactional_id_authorization_failed
@@ -123,32 +199,43 @@ async def handle_add_offsets_to_txn(broker, ctx: RequestContext, request) -> obj
     elif not request.group_id:
         error = ErrorCode.invalid_group_id
     else:
-        await broker.coordinator_runtime.ensure_offsets_topic()
+        await broker.coordinator_runtime.ensure_topic()
         error = await _add_offsets_partition(broker, request)
-    return ctx.response(
-        "AddOffsetsToTxnResponse", throttle_time=NO_THROTTLE, error_code=_fenced(error, ctx, 2)
-    )
+    return _add_offsets_response(broker, ctx, request, error)
 
 
-async def _add_offsets_partition(broker, request, transaction_version: int = 0) -> ErrorCode:
+async def _add_offsets_partition(broker, request) -> ErrorCode:
     """The group's partition of `__consumer_offsets` joins the producer's transaction."""
     partition = broker.group_coordinator.partition_for(request.group_id)
     coordinator = broker.transaction_coordinator
     return await broker.transaction_runtime.run(
+        request.transactional_id,
         lambda now_ms: coordinator.add_partitions(
             request.transactional_id,
             request.producer_id,
             request.producer_epoch,
             [(OFFSETS_TOPIC, partition)],
             now_ms,
-            transaction_version,
-        )
+        ),
     )
 
 
 # -- EndTxn ------------------------------------------------------------------------------------
 
 
+def _end_txn_response(ctx: RequestContext, result: EndTxnResponse) -> object:
+    return ctx.response(
+        "EndTxnResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=_fenced(result.error, ctx, 2),
+        producer_id=result.producer_id,
+        producer_epoch=result.producer_epoch,
+    )
+
+
+@answers_coordinator_errors(
+    lambda broker, ctx, request, code: _end_txn_response(ctx, EndTxnResponse(code))
+)
 async def handle_end_txn(broker, ctx: RequestContext, request) -> object:
     """v5 is transaction version 2 (KafkaApis.handleEndTxnRequest): the end bumps the epoch
     and the response carries the producer id and epoch for the next transaction."""
@@ -159,6 +246,7 @@ async def handle_end_txn(broker, ctx: RequestContext, request) -> object:
         coordinator = broker.transaction_coordinator
         # A new producer id is allocated only for a valid end at the exhausted epoch.
         result = await broker.transaction_runtime.run_with_producer_id(
+            request.transactional_id,
             lambda now_ms, fresh: coordinator.end_transaction(
                 request.transactional_id,
                 request.producer_id,
@@ -167,22 +255,16 @@ async def handle_end_txn(broker, ctx: RequestContext, request) -> object:
                 now_ms,
                 transaction_version=transaction_version,
                 fresh_producer_id=fresh,
-            )
+            ),
         )
-    return ctx.response(
-        "EndTxnResponse",
-        throttle_time=NO_THROTTLE,
-        error_code=_fenced(result.error, ctx, 2),
-        producer_id=result.producer_id,
-        producer_epoch=result.producer_epoch,
-    )
+    return _end_txn_response(ctx, result)
 
 
 # -- TxnOffsetCommit ---------------------------------------------------------------------------
 
 
-async def handle_txn_offset_commit(broker, ctx: RequestContext, request) -> object:
-    offsets = {
+def _requested_offsets(request) -> dict:
+    return {
         (t.name, p.partition_index): (
             p.committed_offset,
             getattr(p, "committed_leader_epoch", -1),
@@ -191,6 +273,15 @@ async def handle_txn_offset_commit(broker, ctx: RequestContext, request) -> obje
         for t in request.topics
         for p in t.partitions
     }
+
+
+@answers_coordinator_errors(
+    lambda broker, ctx, request, code: _txn_offset_commit_response(
+        ctx, dict.fromkeys(_requested_offsets(request), code)
+    )
+)
+async def handle_txn_offset_commit(broker, ctx: RequestContext, request) -> object:
+    offsets = _requested_offsets(request)
     if not _may_write(broker, ctx, request.transactional_id):
         errors = dict.fromkeys(offsets, ErrorCode.transactional_id_authorization_failed)
     elif not broker.authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
@@ -204,11 +295,15 @@ async def handle_txn_offset_commit(broker, ctx: RequestContext, request) -> obje
             if tp[0] not in readable
             else ErrorCode.unknown_topic_or_partition
             for tp in offsets
-            if tp[0] not in readable or broker.replica_manager.log(*tp) is None
+            if tp[0] not in readable or broker.image.partition(*tp) is None
         }
         accepted = {tp: offset for tp, offset in offsets.items() if tp not in errors}
         if accepted:
             errors.update(await _txn_offset_commit(broker, ctx, request, accepted))
+    return _txn_offset_commit_response(ctx, errors)
+
+
+def _txn_offset_commit_response(ctx: RequestContext, errors) -> object:
     by_topic: dict[str, list] = {}
     for (topic, partition), code in errors.items():
         by_topic.setdefault(topic, []).append(
@@ -228,22 +323,26 @@ async def handle_txn_offset_commit(broker, ctx: RequestContext, request) -> obje
 
 async def _txn_offset_commit(broker, ctx: RequestContext, request, offsets) -> dict:
     """The group's partition of `__consumer_offsets` must be in the transaction: v5 adds it
-    (transaction version 2), older versions are verified as a Produce is (KIP-890)."""
-    transaction_version = _transaction_version(ctx, TRANSACTION_V2_TXN_OFFSET_COMMIT)
-    coordinator = broker.transaction_coordinator
+    (transaction version 2), older versions are verified as a Produce is (KIP-890), with the
+    transaction's coordinator wherever it is. One that cannot be asked is answered
+    COORDINATOR_LOAD_IN_PROGRESS, as Kafka's group coordinator does: the client retries."""
     if not request.group_id:
         error = ErrorCode.invalid_group_id
-    elif transaction_version >= 2:
-        error = await _add_offsets_partition(broker, request, transaction_version)
     else:
-        partition = broker.group_coordinator.partition_for(request.group_id)
-        error = coordinator.verify_partition(
+        add = _transaction_version(ctx, TRANSACTION_V2_TXN_OFFSET_COMMIT) >= 2
+        group_partition = (OFFSETS_TOPIC, broker.group_coordinator.partition_for(request.group_id))
+        check = TransactionCheck(
             request.transactional_id,
             request.producer_id,
             request.producer_epoch,
-            (OFFSETS_TOPIC, partition),
+            (group_partition,),
+            add,
         )
-        error = abortable_for(error, ctx.api_version, TRANSACTION_ABORTABLE_TXN_OFFSET_COMMIT)
+        error = (await check_with_coordinator(broker, check))[group_partition]
+        if error in UNVERIFIED:
+            error = ErrorCode.coordinator_load_in_progress
+        elif not add:
+            error = abortable_for(error, ctx.api_version, TRANSACTION_ABORTABLE_TXN_OFFSET_COMMIT)
     if error is ErrorCode.none:
         try:
             errors = await _commit_pending_offsets(broker, request, offsets)
@@ -277,9 +376,11 @@ def _commit_pending_offsets(broker, request, offsets):
 # -- WriteTxnMarkers ---------------------------------------------------------------------------
 
 
-def handle_write_txn_markers(broker, ctx: RequestContext, request) -> object:
+async def handle_write_txn_markers(broker, ctx: RequestContext, request) -> object:
     """Markers written on request: what a coordinator sends to partition leaders, and what an
-    operator sends to abort a hanging transaction (kafka-transactions.sh abort, KIP-664).
+    operator sends to abort a hanging transaction (kafka-transactions.sh abort, KIP-664). In a
+    cluster each partition answers once its marker is replicated, as Kafka's appends with
+    acks=all.
 
     v2 says which transaction version each marker ends (KIP-1228). It is not written to the
     log; the partition checks the marker's producer epoch by it: transaction version 2 bumps
@@ -288,12 +389,9 @@ def handle_write_txn_markers(broker, ctx: RequestContext, request) -> object:
     versions end a transaction under the epoch of its records, at or above that epoch."""
     now_ms = int(time.time() * 1000)
     may_write_markers = authorize_cluster(broker, ctx, AclOperation.CLUSTER_ACTION)
-    results = []
+    written = []
     for marker in request.markers:
-        transaction_version = getattr(marker, "transaction_version", 0)
-        topics = []
         for topic in marker.topics:
-            partitions = []
             for p in topic.partition_indexes:
                 if not may_write_markers:
                     error = ErrorCode.cluster_authorization_failed
@@ -306,24 +404,35 @@ def handle_write_txn_markers(broker, ctx: RequestContext, request) -> object:
                         marker.transaction_result,
                         marker.coordinator_epoch,
                         now_ms,
-                        transaction_version,
+                        getattr(marker, "transaction_version", 0),
                     )
-                partitions.append(
-                    ctx.response(
-                        "WritableTxnMarkerPartitionResult", partition_index=p, error_code=error
-                    )
-                )
-            topics.append(
-                ctx.response(
-                    "WritableTxnMarkerTopicResult", name=topic.name, partitions=tuple(partitions)
-                )
-            )
-        results.append(
+                written.append(((topic.name, p), error))
+    outcomes = iter(await replicated_markers(broker, written))
+    return ctx.response(
+        "WriteTxnMarkersResponse",
+        markers=tuple(
             ctx.response(
-                "WritableTxnMarkerResult", producer_id=marker.producer_id, topics=tuple(topics)
+                "WritableTxnMarkerResult",
+                producer_id=marker.producer_id,
+                topics=tuple(
+                    ctx.response(
+                        "WritableTxnMarkerTopicResult",
+                        name=topic.name,
+                        partitions=tuple(
+                            ctx.response(
+                                "WritableTxnMarkerPartitionResult",
+                                partition_index=p,
+                                error_code=next(outcomes),
+                            )
+                            for p in topic.partition_indexes
+                        ),
+                    )
+                    for topic in marker.topics
+                ),
             )
-        )
-    return ctx.response("WriteTxnMarkersResponse", markers=tuple(results))
+            for marker in request.markers
+        ),
+    )
 
 
 # -- KIP-664: ListTransactions, DescribeTransactions, DescribeProducers -----------------------
@@ -396,10 +505,10 @@ def handle_describe_transactions(broker, ctx: RequestContext, request) -> object
         meta = transactions.get(txn_id)
         if not broker.authorize(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id):
             error = ErrorCode.transactional_id_authorization_failed
-        elif meta is None:
-            error = ErrorCode.transactional_id_not_found
         else:
-            error = ErrorCode.none
+            error = broker.transaction_runtime.partitions.error(txn_id)
+            if error is ErrorCode.none and meta is None:
+                error = ErrorCode.transactional_id_not_found
         if error is not ErrorCode.none:
             states.append(
                 ctx.response(
@@ -489,8 +598,8 @@ def handle_describe_producers(broker, ctx: RequestContext, request) -> object:
 
 
 SPECS = (
-    # v4+ is the broker-to-broker verification form (KIP-890); clients use up to v3.
-    ApiSpec(24, "AddPartitionsToTxn", 0, 3, handle_add_partitions_to_txn),
+    # v4+ is the broker-to-broker form (KIP-890); clients use up to v3.
+    ApiSpec(24, "AddPartitionsToTxn", 0, 5, handle_add_partitions_to_txn),
     ApiSpec(25, "AddOffsetsToTxn", 0, 4, handle_add_offsets_to_txn),
     # EndTxn v5 and TxnOffsetCommit v5 are transaction version 2 (KIP-890 part 2), advertised
     # and served as Kafka does whatever transaction.version is finalized: clients choose by

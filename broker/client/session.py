@@ -35,7 +35,8 @@ MIN_VERSIONS = {2: 2, 9: 8, 10: 4, 3: 1}
 # version 2 (KIP-890 part 2), which the producer does not speak: it keeps to version 1's
 # protocol (AddPartitionsToTxn, AddOffsetsToTxn, one epoch across transactions), which a
 # cluster at either level serves, as the Java client does when it does not turn version 2 on.
-MAX_VERSIONS = {0: 11, 8: 9, 9: 9, 26: 4, 28: 4}
+# AddPartitionsToTxn v4+ is the brokers' own form (transaction_verification.py).
+MAX_VERSIONS = {0: 11, 8: 9, 9: 9, 24: 3, 26: 4, 28: 4}
 
 
 @dataclass(frozen=True)

@@ -18,15 +18,16 @@ from __future__ import annotations
 import struct
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 
 from kio.schema.errors import ErrorCode
 
 from broker.coordinator.config import GroupCoordinatorConfig
+from broker.coordinator.placement import everywhere
 from broker.coordinator.records import GroupMetadataKey, GroupMetadataValue, MemberMetadata
-from broker.coordinator.runtime import Deferred, Record, Result, Timer
+from broker.coordinator.runtime import Deferred, Record, Result, Timer, TimerKey
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 # Kafka's classicGroupNewMemberJoinTimeoutMs: a new member cannot heartbeat while its first
@@ -336,6 +337,13 @@ class ClassicGroup:
     def tombstones(self) -> list[Record]:
         return [Record(GroupMetadataKey(self.group_id), None)]
 
+    def answer_parked(self, error: ErrorCode) -> None:
+        """Answer every parked JoinGroup and SyncGroup with `error`: the coordinator let the
+        group go, and NOT_COORDINATOR sends its members to the new one."""
+        for member in self.members.values():
+            member.complete_join(JoinResponse(error, member.member_id))
+            member.complete_sync(SyncResponse(error))
+
     # -- membership ----------------------------------------------------------------------
 
     def is_leader(self, member_id: str) -> bool:
@@ -563,16 +571,16 @@ class ClassicGroup:
 # -- the manager: one method per request, the timer tasks, replay ---------------------------
 
 
-def heartbeat_key(group_id: str, member_id: str) -> str:
-    return f"heartbeat-{group_id}-{member_id}"
+def heartbeat_key(group_id: str, member_id: str) -> TimerKey:
+    return TimerKey("heartbeat", group_id, member_id)
 
 
-def join_key(group_id: str) -> str:
-    return f"join-{group_id}"
+def join_key(group_id: str) -> TimerKey:
+    return TimerKey("join", group_id)
 
 
-def sync_key(group_id: str) -> str:
-    return f"sync-{group_id}"
+def sync_key(group_id: str) -> TimerKey:
+    return TimerKey("sync", group_id)
 
 
 class ClassicGroupManager:
@@ -1172,9 +1180,11 @@ class ClassicGroupManager:
         self._created[group_id] = group
         return Record(GroupMetadataKey(group_id), value)
 
-    def on_loaded(self, now_ms: int) -> None:
-        """After start-up: every loaded member's session runs from now."""
-        for group in [g for g in self._groups.values() if isinstance(g, ClassicGroup)]:
+    def on_loaded(self, now_ms: int, in_scope: Callable[[str], bool] = everywhere) -> None:
+        """After loading the groups `in_scope`: every loaded member's session runs from now."""
+        for group in [
+            g for g in self._groups.values() if isinstance(g, ClassicGroup) and in_scope(g.group_id)
+        ]:
             for member in group.members.values():
                 self._schedule_heartbeat(
                     group.group_id, member.member_id, now_ms + member.session_timeout_ms

@@ -38,6 +38,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.coordinator.assignors import ASSIGNORS, Assignment, MemberSpec
 from broker.coordinator.config import GroupCoordinatorConfig
+from broker.coordinator.placement import everywhere
 from broker.coordinator.reconciliation import (
     NO_OWNER,
     CurrentAssignment,
@@ -64,7 +65,7 @@ from broker.coordinator.records import (
     GroupMetadataKey,
 )
 from broker.coordinator.records import TopicMetadata as SubscribedTopic
-from broker.coordinator.runtime import Record, Result, Timer
+from broker.coordinator.runtime import Record, Result, Timer, TimerKey
 from broker.metadata.image import MetadataImage
 from broker.regex import InvalidRegex, compile_regex
 
@@ -941,17 +942,18 @@ class ConsumerGroupManager:
             case _:
                 raise ValueError(f"not a consumer group record: {key!r}")
 
-    def on_loaded(self, now_ms: int) -> None:
-        """After start-up replay: every member gets a fresh session (as Kafka does), and one
-        that was revoking a fresh rebalance timeout. As Kafka's first metadata image does, the
-        topics count as new: regexes are resolved again at the next heartbeat."""
+    def on_loaded(self, now_ms: int, in_scope: Callable[[str], bool] = everywhere) -> None:
+        """After the groups `in_scope` were loaded: every member gets a fresh session (as Kafka
+        does), and one that was revoking a fresh rebalance timeout. As Kafka's first metadata
+        image does, the topics count as new: regexes are resolved again at the next
+        heartbeat."""
         self._known_topic_ids = {t.topic_id for t in self.image.topics()}
         self.topics_version = max(
             now_ms,
             self.topics_version + 1,
             *(g.last_regex_version() + 1 for g in self._consumer_groups()),
         )
-        for group in self._consumer_groups():
+        for group in [g for g in self._consumer_groups() if in_scope(g.group_id)]:
             for member in group.members.values():
                 self.arm_session_timeout(
                     group.group_id,
@@ -1139,19 +1141,19 @@ def _member_removal_records(group_id: str, member_id: str) -> list[Record]:
     ]
 
 
-def session_key(group_id: str, member_id: str) -> str:
-    return f"consumer-session-timeout-{group_id}-{member_id}"
+def session_key(group_id: str, member_id: str) -> TimerKey:
+    return TimerKey("consumer-session-timeout", group_id, member_id)
 
 
-def _rebalance_key(group_id: str, member_id: str) -> str:
-    return f"consumer-rebalance-timeout-{group_id}-{member_id}"
+def _rebalance_key(group_id: str, member_id: str) -> TimerKey:
+    return TimerKey("consumer-rebalance-timeout", group_id, member_id)
 
 
-def classic_join_key(group_id: str, member_id: str) -> str:
+def classic_join_key(group_id: str, member_id: str) -> TimerKey:
     """A classic member told to rejoin must send JoinGroup within its rebalance timeout."""
-    return f"consumer-classic-join-timeout-{group_id}-{member_id}"
+    return TimerKey("consumer-classic-join-timeout", group_id, member_id)
 
 
-def classic_sync_key(group_id: str, member_id: str) -> str:
+def classic_sync_key(group_id: str, member_id: str) -> TimerKey:
     """A classic member that joined must send SyncGroup within its rebalance timeout."""
-    return f"consumer-classic-sync-timeout-{group_id}-{member_id}"
+    return TimerKey("consumer-classic-sync-timeout", group_id, member_id)

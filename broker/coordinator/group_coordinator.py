@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from broker.coordinator.classic_group import (
+    ClassicGroup,
     ClassicGroupManager,
     JoinRequest,
     JoinResponse,
@@ -33,12 +34,12 @@ from broker.coordinator.offsets import (
     OffsetManager,
     TopicPartition,
 )
-from broker.coordinator.placement import partition_for
+from broker.coordinator.placement import everywhere, partition_for
 from broker.coordinator.records import GroupMetadataKey, OffsetCommitKey
-from broker.coordinator.runtime import Deferred, Record, Result, Timer
+from broker.coordinator.runtime import Deferred, Record, Result, Timer, TimerKey
 from broker.metadata.image import MetadataImage
 
-OFFSETS_EXPIRY_TIMER = "offsets-expiry"
+OFFSETS_EXPIRY_TIMER = TimerKey("offsets-expiry")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,19 +96,35 @@ class GroupCoordinator:
         """Replay the producer's COMMIT (`commit`) or ABORT marker on `partition` of
         `__consumer_offsets`: its pending offsets of the groups placed there become committed
         or are dropped."""
-        self.offsets.end_transaction(
-            producer_id, commit, lambda group_id: self.partition_for(group_id) == partition
-        )
+        self.offsets.end_transaction(producer_id, commit, self._in_partition(partition))
 
-    def on_loaded(self, now_ms: int) -> None:
-        """After start-up replay: re-arm the members' session timers and offset expiry."""
-        self.classic.on_loaded(now_ms)
-        self.consumer.on_loaded(now_ms)
-        self.timer.schedule(
-            OFFSETS_EXPIRY_TIMER,
-            now_ms + self.config.offsets_retention_check_interval_ms,
-            self._expire_offsets,
-        )
+    def on_loaded(self, now_ms: int, partition: int | None = None) -> None:
+        """After replaying `partition` (every partition when None): re-arm its members'
+        session timers, and offset expiry if it is not running yet."""
+        in_scope = everywhere if partition is None else self._in_partition(partition)
+        self.classic.on_loaded(now_ms, in_scope)
+        self.consumer.on_loaded(now_ms, in_scope)
+        if not self.timer.is_scheduled(OFFSETS_EXPIRY_TIMER):
+            self.timer.schedule(
+                OFFSETS_EXPIRY_TIMER,
+                now_ms + self.config.offsets_retention_check_interval_ms,
+                self._expire_offsets,
+            )
+
+    def unload(self, partition: int) -> None:
+        """Forget the groups of `partition` and their offsets, as Kafka's coordinator does
+        when another broker becomes the partition's leader: their timers stop and their
+        parked requests answer NOT_COORDINATOR."""
+        in_scope = self._in_partition(partition)
+        for group_id in [g for g in self.groups if in_scope(g)]:
+            group = self.groups.pop(group_id)
+            self.timer.cancel_group(group_id)
+            if isinstance(group, ClassicGroup):
+                group.answer_parked(ErrorCode.not_coordinator)
+        self.offsets.unload(in_scope)
+
+    def _in_partition(self, partition: int):
+        return lambda group_id: self.partition_for(group_id) == partition
 
     # -- the classic APIs ----------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
+from broker.coordinator.placement import everywhere
 from broker.coordinator.records import ZERO_UUID, OffsetCommitKey, OffsetCommitValue
 from broker.coordinator.runtime import Record
 
@@ -71,10 +72,6 @@ class _Transaction:
     offsets: dict[str, dict[TopicPartition, _Stored]] = field(default_factory=dict)
 
 
-def _everywhere(_group_id: str) -> bool:
-    return True
-
-
 def _other_topic(committed: uuid.UUID, topic_ids: Mapping[str, uuid.UUID] | None, topic: str):
     """Whether an offset committed under topic id `committed` belongs to a topic other than
     the one `topic_ids` names `topic` by (the zero id on either side: unknown, so no)."""
@@ -124,7 +121,7 @@ class OffsetManager:
             self._open.setdefault(group_id, set()).add(producer_id)
 
     def end_transaction(
-        self, producer_id: int, commit: bool, in_scope: Callable[[str], bool] = _everywhere
+        self, producer_id: int, commit: bool, in_scope: Callable[[str], bool] = everywhere
     ) -> None:
         """Replay the producer's COMMIT or ABORT marker for the groups `in_scope` (those of the
         partition that holds the marker: a producer may hold offsets on several)."""
@@ -143,6 +140,17 @@ class OffsetManager:
                     committed[tp] = stored
         if not txn.offsets:
             del self._pending[producer_id]
+
+    def unload(self, in_scope: Callable[[str], bool]) -> None:
+        """Forget the offsets, committed and pending, of the groups `in_scope`."""
+        for group_id in [g for g in self._offsets if in_scope(g)]:
+            del self._offsets[group_id]
+        for group_id in [g for g in self._open if in_scope(g)]:
+            for producer_id in self._open.pop(group_id):
+                txn = self._pending[producer_id]
+                del txn.offsets[group_id]
+                if not txn.offsets:
+                    del self._pending[producer_id]
 
     def _drop_pending(self, producer_id: int, group_id: str, tp: TopicPartition) -> None:
         txn = self._pending[producer_id]

@@ -16,3 +16,8 @@ def java_string_hash(s: str) -> int:
 def partition_for(key: str, partitions: int) -> int:
     h = java_string_hash(key)
     return (0 if h == -(2**31) else abs(h)) % partitions  # Kafka's Utils.abs
+
+
+def everywhere(_key: str) -> bool:
+    """The scope of an operation on every key, whichever partition owns it."""
+    return True

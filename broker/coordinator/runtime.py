@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 T = TypeVar("T")
 
@@ -67,34 +67,47 @@ class Deferred(Generic[T]):
 TimerTask = Callable[[int], list[Record]]
 
 
+class TimerKey(NamedTuple):
+    """A timer's name: what it is for, and the group and member it belongs to, so that the
+    timers of a group can be cancelled when the coordinator lets the group go."""
+
+    kind: str
+    group_id: str = ""
+    member_id: str = ""
+
+
 class Timer:
     """Deadlines keyed by name: scheduling a key again replaces its deadline (a heartbeat
     pushes its session timeout back). `expire(now_ms)` runs the due tasks and returns the
     records they produced; the server calls it when `next_deadline()` comes."""
 
     def __init__(self) -> None:
-        self._tasks: dict[str, tuple[int, TimerTask]] = {}
+        self._tasks: dict[TimerKey, tuple[int, TimerTask]] = {}
         self.on_change: Callable[[], None] | None = None  # the server re-arms its loop timer
 
-    def schedule(self, key: str, deadline_ms: int, task: TimerTask) -> None:
+    def schedule(self, key: TimerKey, deadline_ms: int, task: TimerTask) -> None:
         self._tasks[key] = (deadline_ms, task)
         if self.on_change is not None:
             self.on_change()
 
-    def cancel(self, key: str) -> None:
+    def cancel(self, key: TimerKey) -> None:
         self._tasks.pop(key, None)
 
-    def is_scheduled(self, key: str) -> bool:
+    def cancel_group(self, group_id: str) -> None:
+        for key in [k for k in self._tasks if k.group_id == group_id]:
+            del self._tasks[key]
+
+    def is_scheduled(self, key: TimerKey) -> bool:
         return key in self._tasks
 
-    def deadline(self, key: str) -> int | None:
+    def deadline(self, key: TimerKey) -> int | None:
         entry = self._tasks.get(key)
         return entry[0] if entry else None
 
     def next_deadline(self) -> int | None:
         return min((d for d, _ in self._tasks.values()), default=None)
 
-    def expire(self, now_ms: int) -> list[tuple[str, TimerTask]]:
+    def expire(self, now_ms: int) -> list[tuple[TimerKey, TimerTask]]:
         """Remove and return the due tasks, earliest first; the caller runs each one through
         the runtime (so its records are appended and replayed like any operation's)."""
         due = sorted((d, k) for k, (d, _) in self._tasks.items() if d <= now_ms)

@@ -230,14 +230,20 @@ class TransactionCoordinator:
             # else bumped to fence (a timeout or a new instance): the old epoch is no retry
         self.transactions[txn_id] = meta
 
-    def pending_markers(self) -> list[MarkerJob]:
-        """After start-up replay: transactions whose outcome was decided (Prepare* written)
-        but whose markers may not all have been written."""
-        jobs = []
-        for meta in self.transactions.values():
-            if meta.state in _PREPARED:
-                jobs.append(_markers(meta))
-        return jobs
+    def pending_markers(self, partition: int | None = None) -> list[MarkerJob]:
+        """After replaying `partition` (every partition when None): its transactions whose
+        outcome was decided (Prepare* written) but whose markers may not all be written."""
+        return [
+            _markers(meta)
+            for meta in self.transactions.values()
+            if meta.state in _PREPARED
+            and partition in (None, self.partition_for(meta.transactional_id))
+        ]
+
+    def unload(self, partition: int) -> None:
+        """Forget the transactional ids of `partition`: another broker leads it now."""
+        for txn_id in [t for t in self.transactions if self.partition_for(t) == partition]:
+            del self.transactions[txn_id]
 
     # -- InitProducerId ----------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from broker.apis.registry import API_SPECS, CONSUMER_PROTOCOL_APIS
 from broker.config import BrokerConfig, render, validate_dynamic_broker_configs
+from broker.controller.elections import place_replicas
 from broker.coordinator.config import GroupCoordinatorConfig
 from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.coordinator.transaction_coordinator import (
@@ -24,6 +25,7 @@ from broker.coordinator.transaction_coordinator import (
     TransactionCoordinatorConfig,
 )
 from broker.fetch_session import FetchSessionCache
+from broker.metadata.cluster import BrokerRegistration, PartitionRegistration
 from broker.metadata.features import (
     DEFAULT_LEVELS,
     GROUP_VERSION,
@@ -31,12 +33,14 @@ from broker.metadata.features import (
     FinalizedFeatures,
 )
 from broker.metadata.image import MetadataImage, TopicMetadata
+from broker.metadata.postgres_store import PostgresMetadataStore, TopicExistsError
 from broker.metadata.store import SqliteMetadataStore
 from broker.quota.client_quotas import ClientQuotaEntity, ClientQuotas
 from broker.quota.quota_manager import BrokerQuotas
 from broker.security.authorizer import StandardAuthorizer, parse_super_users
 from broker.security.listener import listener_security
 from broker.security.scram import ScramCredential, ScramMechanism
+from broker.server.cluster_runtime import ClusterRuntime
 from broker.server.connection import KafkaConnection
 from broker.server.connection_quotas import ConnectionQuotas
 from broker.server.coordinator_runtime import CoordinatorRuntime
@@ -102,6 +106,7 @@ class Broker:
         # One thread: metadata writes stay ordered and SQLite sees a single writer.
         self._metadata_thread = ThreadPoolExecutor(1, thread_name_prefix="fjord-metadata")
         self.image: MetadataImage
+        self.cluster: ClusterRuntime | None = None  # set when metadata.store.url is shared
         self.log_manager: LogManager
         self.replica_manager: ReplicaManager
 
@@ -110,8 +115,23 @@ class Broker:
     async def start(self) -> None:
         for d in self.config.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
-        self.store = SqliteMetadataStore(self.config.log_dirs[0])
+        url = self.config["metadata.store.url"]
+        if url:
+            self.store = await asyncio.to_thread(
+                functools.partial(
+                    PostgresMetadataStore,
+                    url,
+                    transaction_timeout_ms=self.config["broker.session.timeout.ms"],
+                )
+            )
+        else:
+            self.store = SqliteMetadataStore(self.config.log_dirs[0])
         self.image = await self._in_metadata_thread(self.store.load, self.config["cluster.id"])
+        if url:
+            self.cluster = ClusterRuntime(self)
+            await self.cluster.load_image()
+        else:
+            self.image.make_single_node(self.node_id, BrokerRegistration(self.node_id, 0))
         self.dynamic_broker_configs = await self._in_metadata_thread(self.store.broker_configs)
         self.config.set_dynamic(validate_dynamic_broker_configs(self.dynamic_broker_configs))
         self.group_configs = await self._in_metadata_thread(self.store.group_configs)
@@ -128,7 +148,11 @@ class Broker:
                 await self._in_metadata_thread(self.store.acls),
             )
 
-        self.log_manager = LogManager(self.config.log_dirs)
+        # In a cluster the high watermark waits for the ISR and survives restarts in its
+        # checkpoint; alone, every write is committed as it is appended.
+        self.log_manager = LogManager(
+            self.config.log_dirs, high_watermark_follows_appends=self.cluster is None
+        )
         self.replica_manager = ReplicaManager(
             self.config, self.log_manager, self.image, self.fetch_sessions
         )
@@ -152,6 +176,7 @@ class Broker:
         for topic in self.image.topics():
             self.replica_manager.open_partitions(topic)
         self.metrics.add_partition_gauges(self._partition_logs)
+        self.metrics.add_replication_gauges(self)
         self.group_coordinator = GroupCoordinator(
             GroupCoordinatorConfig.from_broker(self.config), self.image, self.group_configs
         )
@@ -211,6 +236,8 @@ class Broker:
                 ),
             )
         ]
+        if self.cluster is not None:
+            await self.cluster.start()
         addresses = ", ".join(f"{n}://{h or '0.0.0.0'}:{p}" for n, (h, p) in self.bound.items())
         log.info(
             "Fjord broker %d started (cluster %s), listening on %s",
@@ -220,7 +247,14 @@ class Broker:
         )
 
     async def stop(self) -> None:
+        if self.cluster is not None:
+            if self.config["controlled.shutdown.enable"]:
+                await self.cluster.controlled_shutdown(
+                    self.config["broker.session.timeout.ms"] / 1000
+                )
+            await self.cluster.stop()
         self.coordinator_runtime.stop()
+        await self.transaction_runtime.stop()
         self.log_cleaner.shutdown()  # a round in progress stops at its next batch
         for server in self._servers:
             server.close()
@@ -303,16 +337,23 @@ class Broker:
         return await asyncio.get_running_loop().run_in_executor(self._metadata_thread, fn, *args)
 
     def _drop_stray_logs(self) -> None:
-        """Logs of topics the store no longer knows (a delete interrupted by a crash)."""
+        """Logs of topics the store no longer knows (a delete interrupted by a crash), and in
+        a cluster of partitions whose replicas no longer include this broker (moved away)."""
         for (topic, partition), _ in list(self.log_manager.logs()):
             meta = self.image.topic(topic)
-            if meta is None or partition >= meta.partitions:
+            reg = self.image.partition(topic, partition)
+            if meta is None or reg is None or self.node_id not in reg.replicas:
                 log.warning("deleting stray log %s-%d", topic, partition)
                 self.log_manager.delete(topic, partition)
 
     def _partition_logs(self):
         for (topic, partition), log_ in self.log_manager.logs():
             yield topic, partition, log_
+
+    @property
+    def inter_broker_listener(self) -> str:
+        """The listener followers fetch through: the first one configured."""
+        return self.config.listeners()[0][0]
 
     def advertised_address(self, listener: str) -> tuple[str, int]:
         for name, host, port in self.config.advertised_listeners():
@@ -430,15 +471,39 @@ class Broker:
 
     # -- state changes (serialized; durable in the store before they become visible) ---------
 
+    def usable_brokers(self) -> list[int]:
+        return sorted(n for n, b in self.image.brokers.items() if b.usable)
+
     @_completes_when_cancelled
     async def create_topic(
-        self, name: str, partitions: int, configs: dict[str, str]
+        self,
+        name: str,
+        partitions: int,
+        configs: dict[str, str],
+        replication_factor: int = 1,
+        assignment: list[tuple[int, ...]] | None = None,
     ) -> TopicMetadata:
+        """Create the topic, its replicas placed over the usable brokers unless `assignment`
+        names them partition by partition (validated by the caller)."""
         async with self._metadata_lock:
             existing = self.image.topic(name)
             if existing is not None:
                 return existing
             topic = TopicMetadata(name, uuid.uuid4(), partitions, dict(configs))
+            if self.cluster is not None:
+                if assignment is not None:
+                    placed = {
+                        i: PartitionRegistration(tuple(r), tuple(r), r[0])
+                        for i, r in enumerate(assignment)
+                    }
+                else:
+                    placed = place_replicas(self.usable_brokers(), partitions, replication_factor)
+                try:
+                    await self._in_metadata_thread(self.store.create_topic, topic, placed)
+                except TopicExistsError:
+                    pass  # another broker created it first: theirs stands
+                await self.cluster.catch_up()
+                return self.image.topic(name)
             await self._in_metadata_thread(self.store.create_topic, topic)
             await self.run_blocking(self.replica_manager.open_partitions, topic)
             self.image.put(topic)
@@ -446,8 +511,14 @@ class Broker:
             self._topics_changed()
             return topic
 
-    async def auto_create_topic(self, name: str) -> TopicMetadata:
-        return await self.create_topic(name, self.config["num.partitions"], {})
+    async def auto_create_topic(self, name: str) -> TopicMetadata | None:
+        """A topic created because a client asked Metadata for it: default.replication.factor
+        replicas, as many as there are usable brokers for it; None while there is none."""
+        usable = len(self.usable_brokers())
+        if usable == 0:
+            return None
+        replication = min(self.config["default.replication.factor"], usable)
+        return await self.create_topic(name, self.config["num.partitions"], {}, replication)
 
     @_completes_when_cancelled
     async def delete_topic(self, name: str) -> None:
@@ -456,18 +527,36 @@ class Broker:
             if topic is None:
                 return
             await self._in_metadata_thread(self.store.delete_topic, name)
-            self.image.remove(name)
-            self.replica_manager.release_waiters(topic)
-            await self.run_blocking(self.replica_manager.delete_logs, topic)
-            log.info("deleted topic %s", name)
-            if self.image.topic("__consumer_offsets") is not None:
-                self.coordinator_runtime.apply(self.group_coordinator.on_topic_deleted(name))
-            self._topics_changed()
+            if self.cluster is not None:
+                await self.cluster.catch_up()
+            else:
+                await self.forget_topic(topic)
+
+    async def forget_topic(self, topic: TopicMetadata) -> None:
+        """A deleted topic leaves the image, its logs the disk, its offsets every group."""
+        self.image.remove(topic.name)
+        self.replica_manager.release_waiters(topic)
+        if self.cluster is not None:
+            for partition in range(topic.partitions):
+                self.cluster.fetchers.unfollow((topic.name, partition))
+        await self.run_blocking(self.replica_manager.delete_logs, topic)
+        log.info("deleted topic %s", topic.name)
+        if self.image.topic("__consumer_offsets") is not None:
+            self.coordinator_runtime.apply(self.group_coordinator.on_topic_deleted(topic.name))
+        self._topics_changed()
 
     @_completes_when_cancelled
     async def add_partitions(self, name: str, count: int) -> None:
         async with self._metadata_lock:
             topic = self.image.topic(name)
+            if self.cluster is not None:
+                replication = len(self.image.partition(name, 0).replicas)
+                placed = place_replicas(
+                    self.usable_brokers(), count - topic.partitions, replication, topic.partitions
+                )
+                await self._in_metadata_thread(self.store.set_partitions, name, count, placed)
+                await self.cluster.catch_up()
+                return
             await self._in_metadata_thread(self.store.set_partitions, name, count)
             grown = TopicMetadata(name, topic.topic_id, count, topic.configs)
             await self.run_blocking(self.replica_manager.open_partitions, grown)
@@ -479,6 +568,9 @@ class Broker:
         async with self._metadata_lock:
             topic = self.image.topic(name)
             await self._in_metadata_thread(self.store.set_topic_configs, name, configs)
+            if self.cluster is not None:
+                await self.cluster.catch_up()
+                return
             topic.configs = dict(configs)
             self.replica_manager.reconfigure([topic])
 
@@ -491,6 +583,12 @@ class Broker:
             self.dynamic_broker_configs = stored
             self.config.set_dynamic(parsed)
             self.replica_manager.reconfigure()
+
+    def follow_coordinator_leadership(self) -> None:
+        """Leadership of internal topics' partitions moved: the coordinators load the
+        partitions led here and let the others go."""
+        self.coordinator_runtime.partitions.follow_leadership()
+        self.transaction_runtime.partitions.follow_leadership()
 
     def _topics_changed(self) -> None:
         """Consumer groups subscribed to changed topics get a new target assignment."""

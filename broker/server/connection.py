@@ -24,6 +24,7 @@ from broker.apis.base import (
     throttle_time_ms,
     with_throttle_time,
 )
+from broker.apis.fetch import replica_id
 from broker.apis.produce import CLOSE_CONNECTION
 from broker.apis.registry import API_SPECS
 from broker.protocol import codec
@@ -264,7 +265,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except codec.DecodeError as e:
             self._protocol_error(str(e))
             return
-        ctx = self._context(api_key, api_version, correlation_id, request.client_id)
+        ctx = self._context(
+            api_key,
+            api_version,
+            correlation_id,
+            request.client_id,
+            replication=api_key == FETCH_KEY and replica_id(request.body) >= 0,
+        )
         request_bytes = len(payload) + 4
         self.broker.metrics.request_bytes.labels(spec.name).inc(request_bytes)
         try:
@@ -286,7 +293,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         else:
             self._respond_now(ctx, result, started, request_bytes, seconds)
 
-    def _context(self, api_key, api_version, correlation_id, client_id) -> RequestContext:
+    def _context(
+        self, api_key, api_version, correlation_id, client_id, replication=False
+    ) -> RequestContext:
         return RequestContext(
             api_key=api_key,
             api_version=api_version,
@@ -295,6 +304,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             client_host=self.peer,
             listener=self.listener,
             principal=self.principal,
+            replication=replication,
         )
 
     async def _complete(
@@ -357,7 +367,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             ctx.user,
             ctx.client_id or "",
             request_bytes - 4 if ctx.api_key == PRODUCE_KEY else 0,  # as Kafka's sizeInBytes
-            response_bytes if ctx.api_key == FETCH_KEY else 0,
+            response_bytes if ctx.api_key == FETCH_KEY and not ctx.replication else 0,
             seconds,
             monotonic_ms(),
         )

@@ -1,6 +1,13 @@
 """Reading and writing the partitions of a coordinator's internal topic (`__consumer_offsets`,
 `__transaction_state`): batches of encoded records appended as one write, read back in offset
-order at start-up.
+order when the partition is loaded, and which partitions this broker coordinates.
+
+A coordinator lives on the leaders of its topic's partitions, as Kafka's do: a broker loads a
+partition (replays its log) when it becomes its leader and unloads it (forgets its keys) when
+it stops being one, in the same turn of the event loop as the leadership change, so no request
+ever finds a partition half loaded. Requests for keys of other partitions answer
+NOT_COORDINATOR. In a cluster a coordinator's write is acknowledged only once every in-sync
+replica has it, as Kafka's coordinators append with acks=all.
 
 Both topics have cleanup.policy=compact, as in Kafka: the log cleaner keeps the last record of
 every key (tombstones until delete.retention.ms), drops aborted transactional offset commits
@@ -11,10 +18,16 @@ proportional to the live state plus the uncleaned head of the log.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import asyncio
+import logging
+from collections.abc import Callable, Iterator, Sequence
+
+from kio.schema.errors import ErrorCode
 
 from broker.records.batch import BatchHeader, build_batch, decode_batch, iter_batches, read_header
 from broker.storage import Log
+
+log = logging.getLogger("broker.coordinator")
 
 READ_CHUNK = 1 << 20
 
@@ -43,8 +56,11 @@ def append_records(
         transactional=transactional,
     )
     header = read_header(batch)
-    replica_manager.log(topic, partition).append(
-        batch, header, now_ms=now_ms, leader_epoch=replica_manager.leader_epoch
+    log_, _ = replica_manager.lookup(topic, partition)
+    if log_ is None:
+        raise CoordinatorError(ErrorCode.not_coordinator)
+    log_.append(
+        batch, header, now_ms=now_ms, leader_epoch=replica_manager.leader_epoch_of(topic, partition)
     )
     replica_manager.appended((topic, partition), header.size)
 
@@ -60,3 +76,158 @@ def read_batches(log_: Log) -> Iterator[tuple[BatchHeader, list]]:
         for pos, header in iter_batches(buf):
             yield decode_batch(buf[pos : pos + header.size])
             offset = header.next_offset
+
+
+class CoordinatorError(Exception):
+    """A coordinator operation this broker cannot serve: the request answers `code`."""
+
+    def __init__(self, code: ErrorCode) -> None:
+        super().__init__(code.name)
+        self.code = code
+
+
+# How Kafka's coordinators answer a write of theirs that failed (CoordinatorRuntime's
+# CoordinatorOperationExceptionHelper, TransactionStateManager.appendTransactionToLog): a
+# client retries after COORDINATOR_NOT_AVAILABLE and looks the coordinator up again after
+# NOT_COORDINATOR.
+_WRITE_ERRORS = {
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
+}
+
+
+async def replicated(broker, topic: str, partition: int, timeout_ms: int) -> ErrorCode:
+    """Wait until every in-sync replica has what the partition's leader appended so far, as
+    an acks=all produce does (NOT_ENOUGH_REPLICAS_AFTER_APPEND under min.insync.replicas,
+    REQUEST_TIMED_OUT after `timeout_ms`). Alone, an append is committed at once."""
+    if broker.cluster is None:
+        return ErrorCode.none
+    rm = broker.replica_manager
+    hosted = rm.partition(topic, partition)
+    meta = broker.image.topic(topic)
+    if hosted is None or meta is None or not hosted.is_leader:
+        return ErrorCode.not_leader_or_follower
+    deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
+    return await rm.wait_for_replication(
+        (topic, partition),
+        hosted.log.log_end_offset,
+        rm.topic_config_value(meta, "min.insync.replicas"),
+        deadline,
+    )
+
+
+class CoordinatorPartitions:
+    """The partitions of one coordinator's internal topic that this broker leads, loaded into
+    the coordinator: `load(partition)` replays one and returns the records replayed,
+    `unload(partition)` forgets its keys."""
+
+    def __init__(
+        self,
+        broker,
+        topic: str,
+        partition_for: Callable[[str], int],
+        load: Callable[[int], int],
+        unload: Callable[[int], None],
+        write_timeout_config: str,
+    ) -> None:
+        self.broker = broker
+        self.topic = topic
+        self.partition_for = partition_for
+        self._load = load
+        self._unload = unload
+        self._write_timeout_config = write_timeout_config
+        self.loaded: set[int] = set()
+        self._create_lock = asyncio.Lock()
+
+    def follow_leadership(self) -> int:
+        """Load the partitions led here that are not loaded yet, unload the loaded ones led
+        elsewhere now; returns the records replayed."""
+        rm = self.broker.replica_manager
+        meta = self.broker.image.topic(self.topic)
+        led = set()
+        if meta is not None:
+            for index in range(meta.partitions):
+                hosted = rm.partition(self.topic, index)
+                if hosted is not None and hosted.is_leader:
+                    led.add(index)
+        lost, gained = sorted(self.loaded - led), sorted(led - self.loaded)
+        for index in lost:
+            self.loaded.discard(index)
+            self._unload(index)
+        replayed = 0
+        for index in gained:
+            self.loaded.add(index)
+            replayed += self._load(index)
+        if self.broker.cluster is not None and (lost or gained):
+            log.info(
+                "%s: loaded partitions %s (%d record(s)), unloaded %s",
+                self.topic,
+                gained,
+                replayed,
+                lost,
+            )
+        return replayed
+
+    def error(self, key: str) -> ErrorCode:
+        """NOT_COORDINATOR for a key of a partition this broker does not lead (a single
+        broker coordinates every key, its topic created or not)."""
+        if self.broker.cluster is None or self.partition_for(key) in self.loaded:
+            return ErrorCode.none
+        return ErrorCode.not_coordinator
+
+    def check(self, key: str) -> int:
+        """The key's partition; raises CoordinatorError when it is not led here."""
+        error = self.error(key)
+        if error is not ErrorCode.none:
+            raise CoordinatorError(error)
+        return self.partition_for(key)
+
+    async def replicated(self, partition: int) -> None:
+        """Once the coordinator's writes to `partition` are in every in-sync replica; raises
+        CoordinatorError with Kafka's answer to a write that could not be replicated."""
+        code = await replicated(
+            self.broker, self.topic, partition, self.broker.config[self._write_timeout_config]
+        )
+        if code is not ErrorCode.none:
+            raise CoordinatorError(_WRITE_ERRORS.get(code, code))
+
+    async def ensure_topic(
+        self,
+        partitions: int,
+        configs: dict[str, str],
+        replication_factor_config: str,
+        min_isr_config: str | None = None,
+    ) -> None:
+        """Create the topic on first use. In a cluster it has the configured replication
+        factor and needs that many usable brokers, as Kafka (until then FindCoordinator finds
+        no leader and answers COORDINATOR_NOT_AVAILABLE); a cluster of one broker caps the
+        factor, and the minimum ISR, at 1, so that it serves groups and transactions out of
+        the box where Kafka would refuse. A single broker keeps one replica of everything."""
+        if self.broker.image.topic(self.topic) is not None:
+            return
+        async with self._create_lock:
+            if self.broker.image.topic(self.topic) is not None:
+                return
+            replication_factor = 1
+            if self.broker.cluster is not None:
+                replication_factor = self.broker.config[replication_factor_config]
+                if len(self.broker.image.brokers) == 1:
+                    replication_factor = 1
+                usable = len(self.broker.usable_brokers())
+                if usable < replication_factor:
+                    log.warning(
+                        "%s not created: %s is %d, but only %d broker(s) are usable",
+                        self.topic,
+                        replication_factor_config,
+                        replication_factor,
+                        usable,
+                    )
+                    return
+                if min_isr_config is not None:
+                    min_isr = min(self.broker.config[min_isr_config], replication_factor)
+                    configs = {**configs, "min.insync.replicas": str(min_isr)}
+            await self.broker.create_topic(self.topic, partitions, configs, replication_factor)
+        self.follow_leadership()

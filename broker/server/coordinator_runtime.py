@@ -2,8 +2,10 @@
 
 An operation's records are appended to the group's partition of `__consumer_offsets` as one
 batch (a single write, so an operation is all-or-nothing after a crash), replayed into the
-state machine, and only then is the operation's response released. Timers become one loop
-timer armed at the earliest deadline. At start-up every partition is replayed from its log.
+state machine, and only then (in a cluster: once replicated to the ISR) is the operation's
+response released. Timers become one loop timer armed at the earliest deadline. The groups
+live on the leaders of their partitions (coordinator_log.CoordinatorPartitions): a single
+broker replays every partition at start-up, a broker of a cluster those it comes to lead.
 
 Transactional offset commits are written as a transactional batch of the producer and replay
 as pending; the transaction coordinator ends them with `complete_transaction`, which writes the
@@ -27,7 +29,7 @@ from broker.coordinator.runtime import Deferred, Record, Result
 from broker.records.batch import Record as BatchRecord
 from broker.records.control import COMMIT, parse_marker
 from broker.records.errors import InvalidRecordError
-from broker.server.coordinator_log import append_records, read_batches
+from broker.server.coordinator_log import CoordinatorPartitions, append_records, read_batches
 from broker.storage.producer_state import ProducerStateError
 
 log = logging.getLogger("broker.coordinator")
@@ -44,21 +46,26 @@ class CoordinatorRuntime:
         self.broker = broker
         self.coordinator = coordinator
         self._timer_handle: asyncio.TimerHandle | None = None
-        self._create_lock = asyncio.Lock()
+        self.partitions = CoordinatorPartitions(
+            broker,
+            OFFSETS_TOPIC,
+            coordinator.partition_for,
+            self._load,
+            coordinator.unload,
+            "offsets.commit.timeout.ms",
+        )
         coordinator.timer.on_change = self._arm_timer
 
-    # -- start-up ------------------------------------------------------------------------------
+    # -- loading -------------------------------------------------------------------------------
 
     def load(self) -> int:
-        """Replay `__consumer_offsets` into the coordinator; returns the records replayed."""
-        replayed = 0
-        topic = self.broker.image.topic(OFFSETS_TOPIC)
-        if topic is not None:
-            for partition in range(topic.partitions):
-                log_ = self.broker.replica_manager.log(OFFSETS_TOPIC, partition)
-                replayed += self._replay_log(partition, log_)
-        self.coordinator.on_loaded(_now_ms())
-        self._arm_timer()
+        """At start-up: replay the partitions of `__consumer_offsets` led here (a single broker
+        leads them all); returns the records replayed."""
+        return self.partitions.follow_leadership()
+
+    def _load(self, partition: int) -> int:
+        replayed = self._replay_log(partition, self._log(partition))
+        self.coordinator.on_loaded(_now_ms(), partition)
         return replayed
 
     def _replay_log(self, partition: int, log_) -> int:
@@ -82,35 +89,39 @@ class CoordinatorRuntime:
                 replayed += 1
         return replayed
 
-    async def ensure_offsets_topic(self) -> None:
+    async def ensure_topic(self) -> None:
         """Create `__consumer_offsets` on first use, with Kafka's configs for it: compacted
         by the log cleaner, never deleted by time or size."""
-        if self.broker.image.topic(OFFSETS_TOPIC) is not None:
-            return
-        async with self._create_lock:
-            config = self.coordinator.config
-            await self.broker.create_topic(
-                OFFSETS_TOPIC,
-                config.offsets_topic_partitions,
-                {
-                    "cleanup.policy": "compact",
-                    "compression.type": "producer",
-                    "segment.bytes": str(self.broker.config["offsets.topic.segment.bytes"]),
-                },
-            )
+        await self.partitions.ensure_topic(
+            self.coordinator.config.offsets_topic_partitions,
+            {
+                "cleanup.policy": "compact",
+                "compression.type": "producer",
+                "segment.bytes": str(self.broker.config["offsets.topic.segment.bytes"]),
+            },
+            "offsets.topic.replication.factor",
+        )
 
     # -- operations ----------------------------------------------------------------------------
 
     async def run(self, group_id: str, op: Callable[[int], Result]):
-        """Run `op` for `group_id`: append and replay its records, then answer."""
-        await self.ensure_offsets_topic()
+        """Run `op` for `group_id`: append and replay its records, then answer once they are
+        replicated. Raises CoordinatorError when the group is not coordinated here, or its
+        records could not be replicated."""
+        await self.ensure_topic()
+        partition = self.partitions.check(group_id)
         result = op(_now_ms())
         self.apply(result.records)
         response = result.response
         if isinstance(response, Deferred):
+            # Resolved by whichever operation completes the rebalance, whose records the
+            # wait below covers too.
             future = asyncio.get_running_loop().create_future()
             response.add_callback(lambda value: future.done() or future.set_result(value))
-            return await future
+            response = await future
+        elif not result.records:
+            return response
+        await self.partitions.replicated(partition)
         return response
 
     async def run_transactional(
@@ -120,9 +131,9 @@ class CoordinatorRuntime:
         records are appended as one transactional batch of the producer and replay as pending
         until `complete_transaction`. Raises ProducerStateError (INVALID_PRODUCER_EPOCH) when
         the partition has seen a newer epoch of the producer: the producer is fenced."""
-        await self.ensure_offsets_topic()
-        log_ = self._log(self.coordinator.partition_for(group_id))
-        entry = log_.producer_state.producers.get(producer_id)
+        await self.ensure_topic()
+        partition = self.partitions.check(group_id)
+        entry = self._log(partition).producer_state.producers.get(producer_id)
         if entry is not None and producer_epoch < entry.producer_epoch:
             raise ProducerStateError(
                 ErrorCode.invalid_producer_epoch,
@@ -131,6 +142,8 @@ class CoordinatorRuntime:
             )
         result = op(_now_ms())
         self.apply(result.records, producer_id, producer_epoch)
+        if result.records:
+            await self.partitions.replicated(partition)
         return result.response
 
     def complete_transaction(

@@ -75,6 +75,16 @@ class BrokerMetrics:
             registry=r,
         )
 
+        self.isr_shrinks = Counter(
+            "fjord_isr_shrinks", "ISRs this broker shrank as leader.", registry=r
+        )
+        self.isr_expands = Counter(
+            "fjord_isr_expands", "ISRs this broker expanded as leader.", registry=r
+        )
+        self.leader_elections = Counter(
+            "fjord_leader_elections", "Leaders this broker elected as controller.", registry=r
+        )
+
     def add_partition_gauges(self, partitions: Callable[[], Iterable[tuple[str, int, object]]]):
         self.registry.register(_PartitionCollector(partitions))
 
@@ -89,6 +99,9 @@ class BrokerMetrics:
 
     def add_quota_gauges(self, quotas) -> None:
         self.registry.register(_QuotaCollector(quotas))
+
+    def add_replication_gauges(self, broker) -> None:
+        self.registry.register(_ReplicationCollector(broker))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -241,6 +254,57 @@ class _TransactionCollector:
             "Age of the oldest transaction not yet completed (0 when none is open).",
             value=max(0, now_ms - min(started)) / 1000 if started else 0,
         )
+
+
+class _ReplicationCollector:
+    """Kafka's UnderReplicatedPartitions (partitions led here whose ISR lacks a replica),
+    OfflinePartitionsCount and ActiveControllerCount (the controller's), and each followed
+    partition's lag behind its leader's high watermark (the fetcher's ConsumerLag)."""
+
+    def __init__(self, broker) -> None:
+        self.broker = broker
+
+    def collect(self):
+        broker = self.broker
+        partitions = broker.replica_manager.partitions.values()
+        cluster = broker.cluster
+        controller = cluster is None or cluster.is_controller
+        yield GaugeMetricFamily(
+            "fjord_under_replicated_partitions",
+            "Partitions led by this broker with fewer in-sync replicas than replicas.",
+            value=sum(
+                1
+                for p in partitions
+                if p.is_leader and len(p.registration.isr) < len(p.registration.replicas)
+            ),
+        )
+        image = broker.image
+        yield GaugeMetricFamily(
+            "fjord_offline_partitions",
+            "Partitions without a leader (counted by the controller; 0 elsewhere).",
+            value=sum(
+                1
+                for t in image.topics()
+                for reg in image.registrations(t.name).values()
+                if reg.offline
+            )
+            if controller
+            else 0,
+        )
+        yield GaugeMetricFamily(
+            "fjord_controller_active",
+            "1 on the broker holding the controller lease (a single broker always does).",
+            value=1 if controller else 0,
+        )
+        lag = GaugeMetricFamily(
+            "fjord_replica_fetcher_lag",
+            "Messages each partition followed here is behind its leader's high watermark.",
+            labels=["topic", "partition", "leader"],
+        )
+        for p in partitions:
+            if not p.is_leader and p.follower_lag is not None:
+                lag.add_metric([p.topic, str(p.index), str(p.registration.leader)], p.follower_lag)
+        yield lag
 
 
 class _PartitionCollector:

@@ -13,20 +13,27 @@ incremental fetch reads only the partitions that changed (KIP-227).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
 from broker.config import BrokerConfig
 from broker.fetch_session import FetchSessionCache
+from broker.metadata.cluster import PartitionRegistration
 from broker.metadata.image import MetadataImage, TopicMetadata
+from broker.replication.partition import Partition
 from broker.storage import AppendResult, Log, LogConfig, LogManager
 from broker.storage.manager import parse_log_dir_name
 from broker.storage.producer_state import ProducerStateError
 
 TopicPartition = tuple[str, int]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 @dataclass(eq=False)
@@ -40,6 +47,8 @@ class FetchWaiter:
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     read_committed: bool = False
+    # A follower's fetch: woken by appends, where a consumer's waits for the high watermark.
+    replica: bool = False
     # read_committed: each partition's Log.stable_bytes when last seen, and the bytes that
     # fell below the LSOs since parking.
     _stable_seen: dict[TopicPartition, int] = field(default_factory=dict)
@@ -72,9 +81,15 @@ class ReplicaManager:
         self.log_manager = log_manager
         self.image = image
         self.fetch_sessions = fetch_sessions
-        # Single node: every partition's leader is this broker, epoch 0 since creation.
-        self.leader_epoch = 0
+        self.node_id = config.node_id
+        # In a cluster the high watermark waits for the ISR; alone, every write is committed.
+        self.clustered = not image.single_node
+        self.partitions: dict[TopicPartition, Partition] = {}
         self._waiters: dict[TopicPartition, set[FetchWaiter]] = defaultdict(set)
+        # acks=all produces waiting for their partition's high watermark or ISR to change.
+        self._replication_waiters: dict[TopicPartition, set[asyncio.Future]] = defaultdict(set)
+        # Set in a cluster: writes a leader's ISR change to the metadata store.
+        self.on_isr_change: Callable[[Partition, tuple[int, ...]], None] | None = None
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -124,18 +139,91 @@ class ReplicaManager:
     # -- partitions --------------------------------------------------------------------------
 
     def open_partitions(self, topic: TopicMetadata) -> None:
-        """Create the logs of every partition of `topic` that has none yet, and lead them
-        all: each log's epoch cache learns the leader epoch (a no-op once it has it)."""
+        """Blocking (file creation): create the logs this broker hosts of `topic` that have
+        none yet. A single broker then leads them all at once; in a cluster leadership comes
+        with the registrations (`apply_registrations`)."""
         config = self.log_config(topic)
-        for partition in range(topic.partitions):
+        for partition, reg in self.image_registrations(topic).items():
+            if self.node_id not in reg.replicas:
+                continue
             log = self.log_manager.get(topic.name, partition)
             if log is None:
                 log = self.log_manager.create(topic.name, partition, config)
-            log.assign_epoch_start_offset(self.leader_epoch)
+            if not self.clustered and (topic.name, partition) not in self.partitions:
+                self.partitions[(topic.name, partition)] = Partition(
+                    topic.name, partition, log, self.node_id, reg
+                )
+                log.assign_epoch_start_offset(reg.leader_epoch)
+
+    def image_registrations(self, topic: TopicMetadata) -> dict[int, PartitionRegistration]:
+        """The registrations of `topic`'s partitions; a single broker's topic may not be in
+        the image yet (its logs open before it becomes visible)."""
+        if not self.clustered:
+            return dict.fromkeys(range(topic.partitions), self.image.partition_single)
+        return self.image.registrations(topic.name)
+
+    def apply_registrations(
+        self, topic: TopicMetadata, now_ms: int
+    ) -> tuple[list[Partition], list[Partition], list[Partition]]:
+        """Follow the image's registrations of `topic` (logs already open): the partitions
+        this broker now leads afresh, those it now follows (new leader or new epoch), and
+        those it no longer hosts (a reassignment moved them away: the caller deletes them)."""
+        led, followed, removed = [], [], []
+        for index, reg in self.image_registrations(topic).items():
+            tp = (topic.name, index)
+            if self.node_id not in reg.replicas:
+                gone = self.partitions.pop(tp, None)
+                if gone is not None:
+                    removed.append(gone)
+                    self._replication_changed(tp)
+                continue
+            partition = self.partitions.get(tp)
+            log = self.log_manager.get(*tp)
+            if log is None:
+                continue
+            if partition is None or partition.log is not log:
+                partition = Partition(topic.name, index, log, self.node_id, reg)
+                self.partitions[tp] = partition
+                if reg.leader == self.node_id:
+                    partition._become_leader(now_ms)
+                    led.append(partition)
+                else:
+                    followed.append(partition)
+                continue
+            old = partition.registration
+            if partition.update(reg, now_ms):
+                led.append(partition)
+            elif reg.leader != self.node_id and (
+                old.leader != reg.leader or old.leader_epoch != reg.leader_epoch
+            ):
+                followed.append(partition)
+            if partition.is_leader:
+                # The controller may have shrunk the ISR (a follower fenced): what the rest
+                # of it has is committed now.
+                self.maybe_increment_high_watermark(partition)
+            self._replication_changed(tp)
+        return led, followed, removed
+
+    def enough_replicas(self, topic: str, index: int, min_isr: int) -> bool:
+        """Whether an acks=all produce may be written: the ISR is at least min.insync.replicas
+        (alone, only a minimum of 1 can be met)."""
+        partition = self.partitions.get((topic, index))
+        if partition is None:
+            return min_isr <= 1
+        return partition.enough_replicas(min_isr)
+
+    def partition(self, topic: str, index: int) -> Partition | None:
+        return self.partitions.get((topic, index))
+
+    def leader_epoch_of(self, topic: str, index: int) -> int:
+        partition = self.partitions.get((topic, index))
+        return partition.leader_epoch if partition is not None else 0
 
     def release_waiters(self, topic: TopicMetadata) -> None:
         """Answer the fetches parked on a deleted topic now (they find it gone)."""
         for partition in range(topic.partitions):
+            self.partitions.pop((topic.name, partition), None)
+            self._replication_changed((topic.name, partition))
             for waiter in self._waiters.pop((topic.name, partition), ()):
                 if not waiter.future.done():
                     waiter.future.set_result(None)
@@ -153,12 +241,94 @@ class ReplicaManager:
     # -- appends and parked fetches ----------------------------------------------------------
 
     def appended(self, tp: TopicPartition, size: int) -> None:
+        """A batch was appended to `tp`'s log. Alone, it is committed at once; in a cluster
+        the followers' fetches hear of it now and the consumers' once the ISR has it."""
+        if not self.clustered:
+            self._visible(tp, size)
+            return
         if self.fetch_sessions is not None:
             self._session_partition_changed(tp, size)
+        for waiter in list(self._waiters.get(tp, ())):
+            if waiter.replica:
+                waiter.on_append(size)
+        partition = self.partitions.get(tp)
+        if partition is not None and partition.is_leader:
+            self.maybe_increment_high_watermark(partition)
+
+    def follower_fetched(
+        self, tp: TopicPartition, replica_id: int, broker_epoch: int, fetch_offset: int
+    ) -> None:
+        """A follower fetched `tp` from `fetch_offset`: it has everything before it."""
+        partition = self.partitions.get(tp)
+        if partition is None or not partition.is_leader:
+            return
+        registered = self.image.brokers.get(replica_id)
+        if broker_epoch >= 0 and (registered is None or broker_epoch != registered.broker_epoch):
+            # An earlier process of that broker (or one the metadata has not shown us yet):
+            # its log end says nothing of the replica the ISR counts on (KIP-903).
+            return
+        partition.record_follower_fetch(replica_id, broker_epoch, fetch_offset, _now_ms())
+        expanded = partition.isr_expansion(self._eligible_for_isr)
+        if expanded is not None and self.on_isr_change is not None:
+            self.on_isr_change(partition, expanded)
+        self.maybe_increment_high_watermark(partition)
+
+    def _eligible_for_isr(self, replica_id: int, broker_epoch: int) -> bool:
+        broker = self.image.brokers.get(replica_id)
+        return (
+            broker is not None
+            and broker.usable
+            and broker_epoch in (-1, broker.broker_epoch)  # -1: a fetch older than v15
+        )
+
+    def maybe_increment_high_watermark(self, partition: Partition) -> None:
+        gained = partition.maybe_increment_high_watermark()
+        if gained is not None:
+            self._visible(partition.tp, gained)
+            self._replication_changed(partition.tp)
+
+    def _replication_changed(self, tp: TopicPartition) -> None:
+        for future in self._replication_waiters.pop(tp, ()):
+            if not future.done():
+                future.set_result(None)
+
+    async def wait_for_replication(
+        self, tp: TopicPartition, required_offset: int, min_isr: int, deadline: float
+    ) -> ErrorCode:
+        """An acks=all produce's outcome once its records (ending before `required_offset`)
+        are in every in-sync replica; REQUEST_TIMED_OUT at the loop time `deadline`."""
+        loop = asyncio.get_running_loop()
+        while True:
+            partition = self.partitions.get(tp)
+            if partition is None:
+                return ErrorCode.not_leader_or_follower
+            code = partition.acks_all_error(required_offset, min_isr)
+            if code is not None:
+                return code
+            future = loop.create_future()
+            self._replication_waiters[tp].add(future)
+            try:
+                await asyncio.wait_for(future, max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                return ErrorCode.request_timed_out
+            finally:
+                waiting = self._replication_waiters.get(tp)
+                if waiting is not None:
+                    waiting.discard(future)
+                    if not waiting:
+                        del self._replication_waiters[tp]
+
+    def _visible(self, tp: TopicPartition, size: int) -> None:
+        """`size` more bytes of `tp` became readable by consumers."""
+        if self.fetch_sessions is not None:
+            # In a cluster the sessions counted these bytes when they were appended.
+            self._session_partition_changed(tp, 0 if self.clustered else size)
         waiters = self._waiters.get(tp)
         if waiters:
             log = None
             for waiter in list(waiters):
+                if waiter.replica:
+                    continue
                 if not waiter.read_committed:
                     waiter.on_append(size)
                     continue
@@ -182,11 +352,10 @@ class ReplicaManager:
         partition: the LSO moved. Raises ProducerStateError with the partition's error code:
         UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED.
         The caller flushes first when `flush_due` is set, as Produce does."""
-        log = self.log_manager.get(topic, partition)
+        log, code = self.lookup(topic, partition)
         if log is None:
             raise ProducerStateError(
-                ErrorCode.unknown_topic_or_partition,
-                f"No log for {topic}-{partition} to write the transaction marker to",
+                code, f"{topic}-{partition} is not led here to write the transaction marker to"
             )
         result = log.append_marker(
             producer_id,
@@ -194,7 +363,7 @@ class ReplicaManager:
             commit,
             coordinator_epoch,
             now_ms=now_ms,
-            leader_epoch=self.leader_epoch,
+            leader_epoch=self.leader_epoch_of(topic, partition),
             transaction_version=transaction_version,
         )
         self.appended((topic, partition), result.size)
@@ -255,18 +424,25 @@ class ReplicaManager:
     # -- lookups shared by the partition APIs ------------------------------------------------
 
     def lookup(self, topic: str | None, partition: int) -> tuple[Log | None, ErrorCode]:
+        """The log of a partition this broker leads; NOT_LEADER_OR_FOLLOWER for one it does
+        not (Kafka's getPartitionOrError)."""
         meta = self.image.topic(topic) if topic is not None else None
         if meta is None or not 0 <= partition < meta.partitions:
             return None, ErrorCode.unknown_topic_or_partition
-        log = self.log_manager.get(topic, partition)
-        if log is None:
+        hosted = self.partitions.get((topic, partition))
+        if hosted is None or not hosted.is_leader:
+            if self.clustered:
+                return None, ErrorCode.not_leader_or_follower
             return None, ErrorCode.unknown_topic_or_partition
-        return log, ErrorCode.none
+        return hosted.log, ErrorCode.none
 
-    def check_leader_epoch(self, current_leader_epoch: int) -> ErrorCode:
+    def check_leader_epoch(
+        self, topic: str, partition: int, current_leader_epoch: int
+    ) -> ErrorCode:
         """Kafka's fencing of requests made with a stale (or future) view of the leader."""
-        if current_leader_epoch == -1 or current_leader_epoch == self.leader_epoch:
+        leader_epoch = self.leader_epoch_of(topic, partition)
+        if current_leader_epoch == -1 or current_leader_epoch == leader_epoch:
             return ErrorCode.none
-        if current_leader_epoch > self.leader_epoch:
+        if current_leader_epoch > leader_epoch:
             return ErrorCode.unknown_leader_epoch
         return ErrorCode.fenced_leader_epoch

@@ -88,6 +88,60 @@ def next_epoch(epoch: int) -> int:
     return 1 if epoch >= INT32_MAX else epoch + 1
 
 
+def fetch_request(session: Any, request: FetchRequestData, **fields: Any) -> Any:
+    """The Fetch request for `request`'s partitions and session, at the session's version;
+    `fields` are the request's own (replica, waits, sizes, isolation, rack). A target's
+    leader epochs are sent when it has them (a follower's), else -1."""
+
+    def topics(partitions: dict[TopicPartition, FetchTarget]) -> dict[str, list]:
+        by_topic: dict[str, list] = defaultdict(list)
+        for tp, target in partitions.items():
+            by_topic[tp.topic].append((tp.partition, target))
+        return by_topic
+
+    fetch_topics = tuple(
+        session.request(
+            FETCH,
+            "FetchTopic",
+            topic=topic,
+            topic_id=ps[0][1].topic_id,
+            partitions=tuple(
+                session.request(
+                    FETCH,
+                    "FetchPartition",
+                    partition=p,
+                    current_leader_epoch=getattr(target, "current_leader_epoch", -1),
+                    fetch_offset=target.fetch_offset,
+                    last_fetched_epoch=getattr(target, "last_fetched_epoch", -1),
+                    log_start_offset=-1,
+                    partition_max_bytes=target.max_bytes,
+                )
+                for p, target in ps
+            ),
+        )
+        for topic, ps in topics(request.to_send).items()
+    )
+    forgotten = tuple(
+        session.request(
+            FETCH,
+            "ForgottenTopic",
+            topic=topic,
+            topic_id=ps[0][1].topic_id,
+            partitions=tuple(p for p, _ in ps),
+        )
+        for topic, ps in topics(request.to_forget).items()
+    )
+    return session.request(
+        FETCH,
+        "FetchRequest",
+        session_id=request.session_id,
+        session_epoch=request.epoch,
+        topics=fetch_topics,
+        forgotten_topics_data=forgotten,
+        **fields,
+    )
+
+
 class FetchSessionHandler:
     """The client's side of one node's fetch session."""
 
@@ -443,56 +497,14 @@ class Fetcher:
             self._wake.set()
 
     def _request(self, session: Any, request: FetchRequestData) -> Any:
-        def topics(partitions: dict[TopicPartition, FetchTarget]) -> dict[str, list]:
-            by_topic: dict[str, list] = defaultdict(list)
-            for tp, target in partitions.items():
-                by_topic[tp.topic].append((tp.partition, target))
-            return by_topic
-
-        fetch_topics = tuple(
-            session.request(
-                FETCH,
-                "FetchTopic",
-                topic=topic,
-                topic_id=ps[0][1].topic_id,
-                partitions=tuple(
-                    session.request(
-                        FETCH,
-                        "FetchPartition",
-                        partition=p,
-                        current_leader_epoch=-1,
-                        fetch_offset=target.fetch_offset,
-                        last_fetched_epoch=-1,
-                        log_start_offset=-1,
-                        partition_max_bytes=target.max_bytes,
-                    )
-                    for p, target in ps
-                ),
-            )
-            for topic, ps in topics(request.to_send).items()
-        )
-        forgotten = tuple(
-            session.request(
-                FETCH,
-                "ForgottenTopic",
-                topic=topic,
-                topic_id=ps[0][1].topic_id,
-                partitions=tuple(p for p, _ in ps),
-            )
-            for topic, ps in topics(request.to_forget).items()
-        )
-        return session.request(
-            FETCH,
-            "FetchRequest",
+        return fetch_request(
+            session,
+            request,
             replica_id=-1,
             max_wait=timedelta(milliseconds=self.fetch_max_wait_ms),
             min_bytes=self.fetch_min_bytes,
             max_bytes=self.fetch_max_bytes,
             isolation_level=self.isolation,
-            session_id=request.session_id,
-            session_epoch=request.epoch,
-            topics=fetch_topics,
-            forgotten_topics_data=forgotten,
             rack_id=self.client_rack,
         )
 

@@ -216,7 +216,7 @@ def consumer_heartbeat(topic_id):
 
 
 def add_partitions_to_txn(topic_id):
-    v = newest(24)
+    v = 3  # the clients' newest: v4+ is the brokers' own form, CLUSTER_ACTION
     return req(
         24,
         v,

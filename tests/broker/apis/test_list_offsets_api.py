@@ -60,7 +60,7 @@ async def three_records(broker, broker_client):
         req(21, 2, "DeleteRecordsRequest", topics=(topic,), timeout=ms(5000))
     )
     assert deleted.topics[0].partitions[0].low_watermark == 1
-    return broker.replica_manager.leader_epoch
+    return broker.replica_manager.leader_epoch_of(TOPIC, 0)
 
 
 async def test_without_remote_storage_the_tiered_specs_find_nothing(broker_client, three_records):

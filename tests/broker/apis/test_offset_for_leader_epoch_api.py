@@ -3,6 +3,8 @@ Partition.lastOffsetForLeaderEpoch does, against an in-process broker."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kafka_requests import produce_request, req
 from kio.schema.errors import ErrorCode
 from test_produce_fetch import batch
@@ -46,8 +48,8 @@ async def test_end_offsets_come_from_the_epoch_cache(broker, broker_client):
     await broker_client.send(produce_request(TOPIC, batch(3)))
     # A leader election to epoch 2, as cluster mode will make: epoch 0 now ends at 3.
     rm = broker.replica_manager
-    rm.leader_epoch = 2
-    rm.log(TOPIC, 0).assign_epoch_start_offset(2)
+    partition = rm.partition(TOPIC, 0)
+    partition.update(replace(partition.registration, leader_epoch=2, partition_epoch=1), 0)
     await broker_client.send(produce_request(TOPIC, batch(2)))
     assert await end_offsets(broker_client, 0, 1, 2, 3, -1) == [
         (none, 0, 3),  # an older epoch ends where the next one begins

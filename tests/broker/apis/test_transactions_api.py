@@ -37,7 +37,11 @@ def init_producer_id(txn, timeout_ms=60_000, v=API_SPECS[22].max_version, **kw):
     )
 
 
-def add_partitions(txn, pid, epoch, partitions, v=API_SPECS[24].max_version):
+# AddPartitionsToTxn's client versions; v4+ is the brokers' own form (KIP-890).
+CLIENT_ADD_PARTITIONS_VERSIONS = range(API_SPECS[24].min_version, 4)
+
+
+def add_partitions(txn, pid, epoch, partitions, v=CLIENT_ADD_PARTITIONS_VERSIONS[-1]):
     topics = {}
     for topic, p in partitions:
         topics.setdefault(topic, []).append(p)
@@ -180,7 +184,7 @@ async def test_commit_and_abort_write_markers_at_every_end_txn_version(broker, b
     assert len(controls) == 2
 
 
-@pytest.mark.parametrize("v", versions(24))
+@pytest.mark.parametrize("v", CLIENT_ADD_PARTITIONS_VERSIONS)
 async def test_add_partitions_refuses_unknown_partitions_and_stale_epochs(broker, broker_client, v):
     await broker.create_topic(TOPIC, 1, {})
     init = await broker_client.send(init_producer_id("t"))
@@ -195,6 +199,45 @@ async def test_add_partitions_refuses_unknown_partitions_and_stale_epochs(broker
     response = await broker_client.send(add_partitions("t", pid, 0, [(TOPIC, 0)], v=v))
     code = response.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
     assert code == (ErrorCode.producer_fenced if v >= 2 else ErrorCode.invalid_producer_epoch)
+
+
+@pytest.mark.parametrize("v", range(4, API_SPECS[24].max_version + 1))
+async def test_brokers_verify_transactions_with_their_coordinator(broker, broker_client, v):
+    """The inter-broker form (KIP-890): a partition leader asks whether partitions are in a
+    producer's ongoing transaction (verify_only), or adds them (transaction version 2)."""
+    await broker.create_topic(TOPIC, 2, {})
+    pid = (await broker_client.send(init_producer_id("t"))).producer_id
+    await broker_client.send(add_partitions("t", pid, 0, [(TOPIC, 0)]))
+
+    def check(partitions, verify_only, epoch=0):
+        transaction = req(
+            24,
+            v,
+            "AddPartitionsToTxnTransaction",
+            transactional_id="t",
+            producer_id=pid,
+            producer_epoch=epoch,
+            verify_only=verify_only,
+            topics=(req(24, v, "AddPartitionsToTxnTopic", name=TOPIC, partitions=partitions),),
+        )
+        return req(24, v, "AddPartitionsToTxnRequest", transactions=(transaction,))
+
+    async def codes(request):
+        response = await broker_client.send(request)
+        (result,) = response.results_by_transaction
+        return {
+            p.partition_index: p.partition_error_code
+            for t in result.topic_results
+            for p in t.results_by_partition
+        }
+
+    assert await codes(check((0, 1), verify_only=True)) == {
+        0: ErrorCode.none,
+        1: ErrorCode.transaction_abortable,
+    }
+    assert await codes(check((0,), verify_only=True, epoch=1)) == {0: ErrorCode.producer_fenced}
+    assert await codes(check((1,), verify_only=False)) == {1: ErrorCode.none}
+    assert await codes(check((0, 1), verify_only=True)) == dict.fromkeys((0, 1), ErrorCode.none)
 
 
 async def finalize_transaction_version(client, level):

@@ -18,6 +18,7 @@ from broker.coordinator.consumer_group import (
     ConsumerGroupManager,
     HeartbeatRequest,
     HeartbeatResponse,
+    session_key,
 )
 from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.coordinator.reconciliation import MemberState
@@ -523,7 +524,7 @@ def test_replay_restores_the_timers(cluster):
     a.join()
     fresh = cluster.replayed()
     fresh.on_loaded(cluster.now)
-    assert fresh.timer.deadline(f"consumer-session-timeout-{GROUP}-a") == cluster.now + 45_000
+    assert fresh.timer.deadline(session_key(GROUP, "a")) == cluster.now + 45_000
 
 
 def test_offset_commits_and_fetches_are_checked_against_member_epochs(cluster):

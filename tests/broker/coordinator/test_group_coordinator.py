@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from broker.coordinator.classic_group import JoinRequest, Protocol, join_key
 from broker.coordinator.config import GroupCoordinatorConfig
 from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.coordinator.offsets import OffsetCommitRequest
@@ -66,3 +67,26 @@ def test_list_and_delete_simple_groups():
         "zzz": ErrorCode.group_id_not_found,
     }
     assert [g.group_id for g in c.coordinator.list_groups()] == ["b"]
+
+
+def test_unloading_a_partition_forgets_its_groups_and_answers_their_parked_requests():
+    """Another broker leads the partition now (a cluster's failover): its groups, offsets and
+    timers go, and a member parked in JoinGroup is told NOT_COORDINATOR."""
+    c = Coordinator(offsets_topic_partitions=4)
+    groups = [f"group-{i}" for i in range(12)]
+    for group in groups:
+        c.commit(group, 1)
+    lost = c.coordinator.partition_for("group-0")
+    # JoinGroup v3 names no member id: the member waits in the group's first rebalance.
+    protocols = (Protocol("range", b""),)
+    join = JoinRequest("group-0", "", None, "c", "/h", 10_000, 10_000, "consumer", protocols, 3)
+    parked = c.run(c.coordinator.join_group(join, c.now))
+    assert not parked.done and c.coordinator.timer.is_scheduled(join_key("group-0"))
+
+    c.coordinator.unload(lost)
+
+    assert parked.done and parked.value.error is ErrorCode.not_coordinator
+    assert not c.coordinator.timer.is_scheduled(join_key("group-0"))
+    kept = {g for g in groups if c.coordinator.partition_for(g) != lost}
+    assert {g.group_id for g in c.coordinator.list_groups()} == kept
+    assert c.coordinator.fetch_offsets("group-0", None) == (ErrorCode.none, {})

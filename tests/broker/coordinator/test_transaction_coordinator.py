@@ -248,3 +248,15 @@ def test_records_round_trip(state):
     meta.state = state
     encoded = encode_transaction_record(meta.record())
     assert decode_transaction_record(*encoded) == meta.record()
+
+
+def test_unloading_a_partition_forgets_its_transactional_ids():
+    h = Harness(state_log_partitions=4)
+    ids = [f"t{i}" for i in range(12)]
+    for txn in ids:
+        h.init(txn)
+    lost = h.coordinator.partition_for("t0")
+    h.coordinator.unload(lost)
+    assert set(h.coordinator.transactions) == {
+        t for t in ids if h.coordinator.partition_for(t) != lost
+    }

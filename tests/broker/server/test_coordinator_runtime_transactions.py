@@ -215,22 +215,25 @@ async def test_transaction_state_is_cleaned_and_replays_the_same(tmp_path):
             for tid in ("a", "b"):
                 fresh = await b.generate_producer_id()
                 init = await rt.run(
+                    tid,
                     lambda now, tid=tid, fresh=fresh: tc.init_producer_id(
                         tid, 60_000, -1, -1, fresh, now
-                    )
+                    ),
                 )
                 assert init.error == ErrorCode.none
                 pid, epoch = init.producer_id, init.producer_epoch
                 error = await rt.run(
+                    tid,
                     lambda now, tid=tid, pid=pid, epoch=epoch: tc.add_partitions(
                         tid, pid, epoch, [("data", 0)], now
-                    )
+                    ),
                 )
                 assert error == ErrorCode.none
                 ended = await rt.run(
+                    tid,
                     lambda now, tid=tid, pid=pid, epoch=epoch: tc.end_transaction(
                         tid, pid, epoch, True, now
-                    )
+                    ),
                 )
                 assert ended.error == ErrorCode.none
         log_ = b.replica_manager.log("__transaction_state", tc.partition_for("a"))

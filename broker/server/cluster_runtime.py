@@ -1,0 +1,415 @@
+"""A broker's part in a cluster whose metadata lives in PostgreSQL (`metadata.store.url`).
+
+- Membership: the broker registers (a new broker epoch each start) and renews its lease every
+  broker.heartbeat.interval.ms; it starts fenced, and the controller unfences it once it has
+  left every ISR it was in, so a restarted broker must catch up before it is in sync again.
+- Metadata: the store's change feed names what changed; the broker re-reads it and applies it
+  (topics, partition registrations, brokers, ACLs, credentials, quotas, configs, features),
+  woken by LISTEN/NOTIFY and, lest a notification be lost, on a timer.
+- Controller: whichever broker holds the controller lease fences brokers whose lease lapsed,
+  unfences those back, and elects leaders; each of its writes is conditional on its
+  controller epoch, so one that was paused past its lease changes nothing.
+- Replication: partitions led here follow their followers' fetches (ISR, high watermark);
+  ISR changes are conditional on the partition epoch. Partitions followed here are fetched
+  by the replica fetchers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from broker.config import validate_dynamic_broker_configs
+from broker.controller.elections import (
+    partition_changes,
+    preferred_leader_changes,
+    reassignment_changes,
+)
+from broker.metadata.cluster import BrokerRegistration
+from broker.metadata.features import DEFAULT_LEVELS, FinalizedFeatures
+from broker.metadata.store import MetadataStoreUnavailable
+from broker.quota.client_quotas import ClientQuotas
+from broker.replication.partition import Partition
+from broker.security.authorizer import StandardAuthorizer, parse_super_users
+from broker.server.replica_fetcher import ReplicaFetcherManager
+
+log = logging.getLogger("broker.cluster")
+
+# The feed is re-read at least this often even if no notification arrives.
+FEED_POLL_S = 1.0
+# How often the controller looks for brokers gone (their liveness lock free).
+CONTROLLER_TICK_S = 0.05
+LATEST = 2**62
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ClusterRuntime:
+    def __init__(self, broker) -> None:
+        self.broker = broker
+        self.store = broker.store
+        self.config = broker.config
+        self.broker_epoch = -1
+        self.controller_epoch: int | None = None  # while this broker is the controller
+        self.version = 0
+        self.fetchers = ReplicaFetcherManager(broker)
+        self._catch_up_lock = asyncio.Lock()
+        self._controller_wakeup = asyncio.Event()
+        self._applied = asyncio.Event()  # set whenever catch_up applied changes
+        self._tasks: list[asyncio.Task] = []
+        self._next_rebalance = 0.0  # loop time of the next preferred-leader check
+        self._decisions_due = True  # the metadata changed since the controller last looked
+
+    async def meta(self, fn, *args):
+        return await self.broker._in_metadata_thread(fn, *args)
+
+    # -- start ---------------------------------------------------------------------------------
+
+    async def load_image(self) -> None:
+        """Before the logs open: the whole image, as of a version the feed continues from."""
+        image = self.broker.image
+        self.version = (await self.meta(self.store.changes_since, LATEST))[0]
+        registrations = await self.meta(self.store.partitions)
+        for topic in image.topics():
+            image.put(topic, registrations.get(topic.name, {}))
+        image.brokers = await self.meta(self.store.brokers)
+        image.controller_id, image.controller_epoch = await self.meta(self.store.controller)
+
+    async def start(self) -> None:
+        """After the listeners are bound: register, take up the partitions, start the loops."""
+        endpoints = {
+            name: self.broker.advertised_address(name) for name, _, _ in self.config.listeners()
+        }
+        registration = BrokerRegistration(self.broker.node_id, -1, endpoints)
+        self.broker_epoch = await self.meta(
+            self.store.register_broker, registration, self.config["broker.session.timeout.ms"]
+        )
+        log.info("registered as broker %d, epoch %d", self.broker.node_id, self.broker_epoch)
+        self.broker.replica_manager.on_isr_change = self._schedule_isr_change
+        await self.catch_up(everything=True)
+        self._tasks = [
+            asyncio.create_task(job())
+            for job in (self._heartbeats, self._follow_feed, self._control, self._shrink_isrs)
+        ]
+
+    async def controlled_shutdown(self, timeout_s: float) -> None:
+        """Hand leadership over before stopping (controlled.shutdown.enable): the controller
+        moves every partition led here to another in-sync replica."""
+        try:
+            await self.meta(
+                self.store.begin_controlled_shutdown, self.broker.node_id, self.broker_epoch
+            )
+        except MetadataStoreUnavailable:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while loop.time() < deadline and any(
+            p.is_leader and len(p.registration.isr) > 1
+            for p in self.broker.replica_manager.partitions.values()
+        ):
+            self._applied.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._applied.wait(), deadline - loop.time())
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.fetchers.stop()
+        if self.controller_epoch is not None:
+            with contextlib.suppress(MetadataStoreUnavailable):
+                await self.meta(
+                    self.store.resign_controller, self.broker.node_id, self.controller_epoch
+                )
+
+    # -- the change feed -----------------------------------------------------------------------
+
+    async def _follow_feed(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                # The wait blocks a thread of its own (its own connection), not the metadata
+                # one; a lost connection is re-made by the next wait, the timer's catch-up
+                # covers what its notifications would have said.
+                await loop.run_in_executor(None, self.store.wait_for_change, FEED_POLL_S)
+            except MetadataStoreUnavailable:
+                pass
+            try:
+                await self.catch_up()
+            except MetadataStoreUnavailable as e:
+                log.warning("metadata store unavailable: %s", e)
+                await asyncio.sleep(FEED_POLL_S)  # retry later, not in a tight loop
+            except Exception:
+                log.exception("applying metadata changes failed")
+
+    async def catch_up(self, everything: bool = False) -> None:
+        """Apply every change committed since the last one applied."""
+        async with self._catch_up_lock:
+            latest, changes = await self.meta(self.store.changes_since, self.version)
+            if everything or ("all", "") in changes:
+                changes = {("all", "")}
+            for entity, key in sorted(changes):
+                await self._apply(entity, key)
+            self.version = max(self.version, latest)
+            if changes:
+                self._decisions_due = True
+                self._controller_wakeup.set()
+                self._applied.set()
+
+    async def _apply(self, entity: str, key: str) -> None:
+        broker, store = self.broker, self.store
+        if entity == "all":
+            stored = await self.meta(store.load, broker.image.cluster_id)
+            for name in {t.name for t in broker.image.topics()} | {t.name for t in stored.topics()}:
+                await self._apply_topic(name)
+            for other in ("brokers", "controller", "acls", "scram", "quotas", "broker_configs"):
+                await self._apply(other, "")
+            await self._apply("features", "")
+            await self._apply("group_configs", "")
+        elif entity == "topic":
+            await self._apply_topic(key)
+        elif entity == "brokers":
+            broker.image.brokers = await self.meta(store.brokers)
+        elif entity == "controller":
+            broker.image.controller_id, broker.image.controller_epoch = await self.meta(
+                store.controller
+            )
+        elif entity == "acls":
+            if broker.authorizer is not None:
+                broker.authorizer = StandardAuthorizer(
+                    parse_super_users(self.config["super.users"]),
+                    self.config["allow.everyone.if.no.acl.found"],
+                    await self.meta(store.acls),
+                )
+                broker.fetch_sessions.all_partitions_changed()
+        elif entity == "scram":
+            broker.scram_credentials = await self.meta(store.scram_credentials)
+        elif entity == "quotas":
+            broker.quotas.configs = ClientQuotas(await self.meta(store.client_quotas))
+        elif entity == "broker_configs":
+            stored = await self.meta(store.broker_configs)
+            broker.dynamic_broker_configs = stored
+            broker.config.set_dynamic(validate_dynamic_broker_configs(stored))
+            broker.replica_manager.reconfigure()
+        elif entity == "group_configs":
+            # In place: the group coordinator holds this dict.
+            stored = await self.meta(store.group_configs)
+            broker.group_configs.clear()
+            broker.group_configs.update(stored)
+        elif entity == "features":
+            broker.features = FinalizedFeatures(
+                *await self.meta(store.finalized_features, DEFAULT_LEVELS)
+            )
+            broker._refresh_api_specs()
+
+    async def _apply_topic(self, name: str) -> None:
+        broker, rm, image = self.broker, self.broker.replica_manager, self.broker.image
+        found = await self.meta(self.store.topic, name)
+        current = image.topic(name)
+        if current is not None and (found is None or found[0].topic_id != current.topic_id):
+            await broker.forget_topic(current)
+            current = None
+        if found is None:
+            return
+        topic, registrations = found
+        configs_changed = current is not None and current.configs != topic.configs
+        image.put(topic, registrations)
+        await broker.run_blocking(rm.open_partitions, topic)
+        if configs_changed:
+            rm.reconfigure([topic])
+        led, followed, removed = rm.apply_registrations(topic, _now_ms())
+        if topic.internal:
+            broker.follow_coordinator_leadership()
+        for partition in removed:
+            self.fetchers.unfollow(partition.tp)
+            log.info("%s-%d: no longer a replica here, deleting it", *partition.tp)
+            await broker.run_blocking(broker.log_manager.delete, *partition.tp)
+        for partition in led:
+            self.fetchers.unfollow(partition.tp)
+            log.info(
+                "%s-%d: leader at epoch %d, ISR %s",
+                *partition.tp,
+                partition.leader_epoch,
+                partition.registration.isr,
+            )
+            rm.maybe_increment_high_watermark(partition)
+        for partition in followed:
+            self.fetchers.follow(partition)
+        if current is None or current.partitions != topic.partitions:
+            broker._topics_changed()
+
+    # -- membership ----------------------------------------------------------------------------
+
+    async def _heartbeats(self) -> None:
+        interval = self.config["broker.heartbeat.interval.ms"] / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                alive = await self.meta(
+                    self.store.heartbeat,
+                    self.broker.node_id,
+                    self.broker_epoch,
+                    self.config["broker.session.timeout.ms"],
+                )
+            except MetadataStoreUnavailable as e:
+                log.warning("could not renew the broker lease: %s", e)
+                continue
+            if not alive:
+                log.error(
+                    "broker %d's registration (epoch %d) was replaced: is another process "
+                    "running with this node.id?",
+                    self.broker.node_id,
+                    self.broker_epoch,
+                )
+
+    # -- the controller ------------------------------------------------------------------------
+
+    async def _control(self) -> None:
+        """Claim the controller lease when free; while holding it, renew it every heartbeat
+        interval and look for brokers gone several times a second (a crashed broker's
+        liveness lock frees at once, and a leader is elected without waiting for its lease)."""
+        loop = asyncio.get_running_loop()
+        renew_every = self.config["broker.heartbeat.interval.ms"] / 1000
+        tick = min(renew_every, CONTROLLER_TICK_S)
+        lease_ms = self.config["broker.session.timeout.ms"]
+        node = self.broker.node_id
+        renewed_at = 0.0
+        while True:
+            try:
+                if self.controller_epoch is None:
+                    self.controller_epoch = await self.meta(
+                        self.store.claim_controller, node, self.broker_epoch, lease_ms
+                    )
+                    if self.controller_epoch is not None:
+                        log.info("became the controller (epoch %d)", self.controller_epoch)
+                        renewed_at = loop.time()
+                        self._next_rebalance = 0.0
+                        self._rebalance_due()  # the first check one interval from now
+                        self._decisions_due = True
+                elif loop.time() - renewed_at >= renew_every:
+                    if await self.meta(
+                        self.store.renew_controller, node, self.controller_epoch, lease_ms
+                    ):
+                        renewed_at = loop.time()
+                    else:
+                        log.warning("lost the controller lease (epoch %d)", self.controller_epoch)
+                        self.controller_epoch = None
+                if self.controller_epoch is not None:
+                    await self._decide()
+            except MetadataStoreUnavailable as e:
+                log.warning("controller: metadata store unavailable: %s", e)
+            except Exception:
+                log.exception("controller round failed")
+            self._controller_wakeup.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._controller_wakeup.wait(), tick)
+
+    @property
+    def is_controller(self) -> bool:
+        return self.controller_epoch is not None
+
+    async def alter_partitions(self, changes: list) -> list[bool]:
+        """Write partition changes as the controller (ElectLeaders, reassignments); all
+        refused if this broker lost the controller lease meanwhile."""
+        if self.controller_epoch is None:
+            return [False] * len(changes)
+        applied = await self.meta(
+            self.store.controller_alter_partitions,
+            (self.broker.node_id, self.controller_epoch),
+            changes,
+        )
+        self.broker.metrics.leader_elections.inc(
+            sum(
+                1
+                for (t, i, _, new), ok in zip(changes, applied, strict=True)
+                if ok and new.leader != self.broker.image.partition(t, i).leader
+            )
+        )
+        await self.catch_up()
+        return applied
+
+    async def _decide(self) -> None:
+        controller = (self.broker.node_id, self.controller_epoch)
+        store = self.store
+        for node_id, epoch in await self.meta(store.lapsed_brokers):
+            log.info("fencing broker %d (epoch %d): it is gone or its lease lapsed", node_id, epoch)
+            await self.meta(store.set_broker_fenced, controller, node_id, epoch, True)
+        await self.catch_up()
+        rebalance = self.config["auto.leader.rebalance.enable"] and self._rebalance_due()
+        if self._decisions_due or rebalance:
+            # Only after a change: partitions are many, and nothing else moves them.
+            self._decisions_due = False
+            await self._change_partitions(rebalance)
+        in_isr = {
+            r
+            for t in self.broker.image.topics()
+            for reg in self.broker.image.registrations(t.name).values()
+            if len(reg.isr) > 1
+            for r in reg.isr
+        }
+        for node_id, epoch in await self.meta(store.renewed_brokers):
+            if node_id not in in_isr:
+                await self.meta(store.set_broker_fenced, controller, node_id, epoch, False)
+
+    async def _change_partitions(self, rebalance: bool) -> None:
+        changes = list(partition_changes(self.broker.image))
+        changes += reassignment_changes(self.broker.image)
+        if rebalance:
+            changes += preferred_leader_changes(self.broker.image, exclude=changes)
+        if changes:
+            await self.alter_partitions(changes)
+
+    def _rebalance_due(self) -> bool:
+        now = asyncio.get_running_loop().time()
+        if now < self._next_rebalance:
+            return False
+        self._next_rebalance = now + self.config["leader.imbalance.check.interval.seconds"]
+        return True
+
+    # -- ISR changes (the leader's) ------------------------------------------------------------
+
+    def _schedule_isr_change(self, partition: Partition, isr: tuple[int, ...]) -> None:
+        new = partition.propose_isr(isr)
+        task = asyncio.create_task(self._write_isr(partition, new))
+        self.broker._blocking.add(task)
+        task.add_done_callback(self.broker._blocking.discard)
+
+    async def _write_isr(self, partition: Partition, new) -> None:
+        expected = partition.registration.partition_epoch
+        rm = self.broker.replica_manager
+        try:
+            applied, current = await self.meta(
+                self.store.alter_partition, partition.topic, partition.index, expected, new
+            )
+        except MetadataStoreUnavailable as e:
+            log.warning("%s-%d: ISR change not written: %s", *partition.tp, e)
+            partition.proposal_failed()
+            return
+        if not applied:
+            partition.proposal_failed()
+            await self.catch_up()
+            return
+        grew = len(new.isr) > len(partition.registration.isr)
+        self.broker.image.set_registration(partition.topic, partition.index, new)
+        partition.update(new, _now_ms())
+        if grew:
+            self.broker.metrics.isr_expands.inc()
+        else:
+            self.broker.metrics.isr_shrinks.inc()
+        log.info("%s-%d: ISR now %s", *partition.tp, new.isr)
+        rm.maybe_increment_high_watermark(partition)
+        rm._replication_changed(partition.tp)
+
+    async def _shrink_isrs(self) -> None:
+        lag_ms = self.config["replica.lag.time.max.ms"]
+        while True:
+            await asyncio.sleep(lag_ms / 2000)
+            now = _now_ms()
+            for partition in list(self.broker.replica_manager.partitions.values()):
+                shrunk = partition.isr_shrink(now, lag_ms)
+                if shrunk is not None:
+                    self._schedule_isr_change(partition, shrunk)

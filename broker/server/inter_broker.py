@@ -1,0 +1,57 @@
+"""Connections from this broker to the other brokers of its cluster, on the inter-broker
+listener at the endpoints they registered."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Iterable
+
+from broker.client.session import Security, Session, open_session
+
+
+async def open_inter_broker_session(broker, node_id: int, client_id: str) -> Session:
+    """A session with broker `node_id`; ConnectionError when it registered no endpoint on the
+    inter-broker listener."""
+    registration = broker.image.brokers.get(node_id)
+    listener = broker.inter_broker_listener
+    if registration is None or listener not in registration.endpoints:
+        raise ConnectionError(f"broker {node_id} has no {listener} endpoint")
+    host, port = registration.endpoints[listener]
+    return await open_session(host, port, Security(), client_id=f"{client_id}-{broker.node_id}")
+
+
+class InterBrokerSessions:
+    """One session per broker, opened on first use and again after `drop` (a failed request)."""
+
+    def __init__(self, broker, client_id: str) -> None:
+        self.broker = broker
+        self.client_id = client_id
+        self._sessions: dict[int, Session] = {}
+        self._opening: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
+
+    async def get(self, node_id: int) -> Session:
+        async with self._opening[node_id]:
+            session = self._sessions.get(node_id)
+            if session is None or session.closed:
+                session = await open_inter_broker_session(self.broker, node_id, self.client_id)
+                self._sessions[node_id] = session
+            return session
+
+    async def drop(self, node_id: int) -> None:
+        session = self._sessions.pop(node_id, None)
+        if session is not None:
+            await session.close()
+
+    async def close(self) -> None:
+        sessions, self._sessions = list(self._sessions.values()), {}
+        for session in sessions:
+            await session.close()
+
+
+def by_topic(partitions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
+    """Partition indexes by topic, as requests name them."""
+    grouped: dict[str, list[int]] = defaultdict(list)
+    for topic, index in partitions:
+        grouped[topic].append(index)
+    return grouped

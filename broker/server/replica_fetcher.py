@@ -1,0 +1,258 @@
+"""Followers' fetchers: one per leader broker, fetching every partition this broker follows
+from it in one privileged incremental fetch session (KIP-227), as Kafka's ReplicaFetcherThread.
+
+Each fetch states the follower's log end (fetch offset), the epoch of its last batch and the
+leader epoch it believes current. The leader answers a diverging epoch when the follower's
+log went past the leader's for that epoch, and the follower truncates to it (KIP-320) — never
+to its high watermark, which is how KIP-101 lost acknowledged writes. A fetch offset below
+the leader's log start starts the follower's log over at that start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from kio.schema.errors import ErrorCode
+
+from broker.client.consumer.fetcher import FetchSessionHandler, FetchTarget, fetch_request
+from broker.client.models import TopicPartition
+from broker.records.batch import iter_batches
+from broker.replication.partition import Partition
+from broker.server.inter_broker import open_inter_broker_session
+
+log = logging.getLogger("broker.replica_fetcher")
+
+FETCH = 1
+UNKNOWN_EPOCH_RETRY_S = 0.02
+# The errors after which a partition waits for the metadata to name its leader again.
+LEADERSHIP_ERRORS = frozenset(
+    {
+        ErrorCode.not_leader_or_follower,
+        ErrorCode.fenced_leader_epoch,
+        ErrorCode.unknown_leader_epoch,
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.unknown_topic_id,
+    }
+)
+
+
+@dataclass(frozen=True)
+class ReplicaFetchTarget(FetchTarget):
+    current_leader_epoch: int = -1
+    last_fetched_epoch: int = -1
+
+
+class ReplicaFetcher:
+    """Fetches from one leader until it has no partition left to follow."""
+
+    def __init__(self, broker, leader_id: int) -> None:
+        self.broker = broker
+        self.leader_id = leader_id
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._session = None
+        self._handler = FetchSessionHandler()
+
+    def add(self, partition: Partition) -> None:
+        self.partitions[partition.tp] = partition
+        self._changed.set()
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run())
+
+    def remove(self, tp: tuple[str, int]) -> None:
+        self.partitions.pop(tp, None)
+        self._changed.set()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self._close()
+
+    async def _close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        self._handler.reset()
+
+    async def _run(self) -> None:
+        config = self.broker.config
+        while self.partitions:
+            try:
+                await self._fetch_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a lost connection or a leader gone: try again later
+                log.info("fetching from broker %d failed: %s", self.leader_id, e)
+                await self._close()
+                self._changed.clear()
+                try:
+                    await asyncio.wait_for(
+                        self._changed.wait(), config["replica.fetch.backoff.ms"] / 1000
+                    )
+                except TimeoutError:
+                    pass
+        await self._close()
+
+    async def _connect(self):
+        if self._session is None or self._session.closed:
+            self._session = await open_inter_broker_session(
+                self.broker, self.leader_id, "fjord-replica-fetcher"
+            )
+            self._handler.reset()
+        return self._session
+
+    async def _fetch_once(self) -> None:
+        config = self.broker.config
+        session = await self._connect()
+        wanted = {}
+        for (topic, index), partition in self.partitions.items():
+            meta = self.broker.image.topic(topic)
+            if meta is None:
+                continue
+            wanted[TopicPartition(topic, index)] = ReplicaFetchTarget(
+                meta.topic_id,
+                partition.log.log_end_offset,
+                config["replica.fetch.max.bytes"],
+                partition.leader_epoch,
+                partition.log.leader_epochs.latest_epoch,
+            )
+        data = self._handler.build(wanted)
+        response = await session.send(self._request(session, data))
+        if not self._handler.handle_response(data, response.error_code, response.session_id):
+            return
+        names = {t.topic_id: tp.topic for tp, t in data.session.items()}
+        back_off = 0.0
+        for t in response.responses:
+            topic = getattr(t, "topic", None) or names.get(getattr(t, "topic_id", None))
+            for p in t.partitions:
+                partition = self.partitions.get((topic, p.partition_index))
+                target = data.session.get(TopicPartition(topic, p.partition_index))
+                if partition is None or target is None:
+                    continue
+                if partition.log.log_end_offset != target.fetch_offset:
+                    continue  # truncated or restarted while the fetch was out
+                back_off = max(back_off, await self._handle_partition(partition, p))
+        if back_off:
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), back_off)
+            except TimeoutError:
+                pass
+
+    async def _handle_partition(self, partition: Partition, p) -> float:
+        """Apply one partition's answer; the pause it calls for, in seconds."""
+        backoff_s = self.broker.config["replica.fetch.backoff.ms"] / 1000
+        log_ = partition.log
+        code = ErrorCode(p.error_code)
+        if code == ErrorCode.none:
+            diverging = getattr(p, "diverging_epoch", None)
+            if diverging is not None and diverging.epoch >= 0 and diverging.end_offset >= 0:
+                _, local_end = log_.end_offset_for_epoch(diverging.epoch)
+                offset = min(diverging.end_offset, local_end)
+                log.info(
+                    "%s-%d: truncating to %d (leader's epoch %d ends at %d)",
+                    *partition.tp,
+                    offset,
+                    diverging.epoch,
+                    diverging.end_offset,
+                )
+                await self.broker.run_blocking(
+                    self.broker.log_manager.truncate_to, *partition.tp, offset
+                )
+                return 0.0
+            if p.records:
+                self._append(partition, p.records)
+            partition.follower_high_watermark(p.high_watermark)
+            if p.log_start_offset > log_.log_start_offset:
+                log_.delete_records_before(min(p.log_start_offset, log_.high_watermark))
+            return 0.0
+        if code == ErrorCode.offset_out_of_range and p.log_start_offset > log_.log_end_offset:
+            # The leader no longer has what we would fetch next (a log emptied, or far
+            # behind a leader whose retention moved on): start over at its log start.
+            log.info("%s-%d: starting over at offset %d", *partition.tp, p.log_start_offset)
+            await self.broker.run_blocking(
+                self.broker.log_manager.truncate_fully_and_start_at,
+                *partition.tp,
+                p.log_start_offset,
+            )
+            return 0.0
+        if code == ErrorCode.unknown_leader_epoch:
+            # We heard of the new epoch before the leader did; it will in a moment, and its
+            # ISR's high watermark waits on this fetch: not a whole backoff.
+            return min(backoff_s, UNKNOWN_EPOCH_RETRY_S)
+        if code in LEADERSHIP_ERRORS:
+            return backoff_s  # the metadata will tell; until then, fetch less eagerly
+        log.warning("%s-%d: fetch from leader failed: %s", *partition.tp, code.name)
+        return backoff_s
+
+    def _append(self, partition: Partition, records: bytes) -> None:
+        log_ = partition.log
+        view = memoryview(records)
+        now_ms = int(time.time() * 1000)
+        appended = 0
+        for position, header in iter_batches(view):
+            if header.next_offset <= log_.log_end_offset:
+                continue  # already have it
+            log_.append(
+                view[position : position + header.size],
+                header,
+                now_ms=now_ms,
+                assign_offsets=False,
+            )
+            appended += header.size
+        if appended:
+            self.broker.replica_manager.appended(partition.tp, appended)
+
+    def _request(self, session, data):
+        config = self.broker.config
+        return fetch_request(
+            session,
+            data,
+            replica_id=self.broker.node_id,
+            replica_state=session.request(
+                FETCH,
+                "ReplicaState",
+                replica_id=self.broker.node_id,
+                replica_epoch=self.broker.cluster.broker_epoch,
+            ),
+            max_wait=timedelta(milliseconds=config["replica.fetch.wait.max.ms"]),
+            min_bytes=config["replica.fetch.min.bytes"],
+            max_bytes=config["replica.fetch.response.max.bytes"],
+            isolation_level=0,
+            rack_id="",
+        )
+
+
+class ReplicaFetcherManager:
+    """The fetchers by leader; a partition is fetched by the fetcher of its current leader."""
+
+    def __init__(self, broker) -> None:
+        self.broker = broker
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._fetcher_of: dict[tuple[str, int], int] = {}
+
+    def follow(self, partition: Partition) -> None:
+        leader = partition.registration.leader
+        self.unfollow(partition.tp)
+        if leader < 0 or leader == self.broker.node_id:
+            return
+        fetcher = self.fetchers.get(leader)
+        if fetcher is None:
+            fetcher = self.fetchers[leader] = ReplicaFetcher(self.broker, leader)
+        fetcher.add(partition)
+        self._fetcher_of[partition.tp] = leader
+
+    def unfollow(self, tp: tuple[str, int]) -> None:
+        leader = self._fetcher_of.pop(tp, None)
+        if leader is not None and leader in self.fetchers:
+            self.fetchers[leader].remove(tp)
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(f.stop() for f in self.fetchers.values()))
+        self.fetchers.clear()
