@@ -32,11 +32,14 @@ class DiskUsage:
         sizes = self._partitions.get(topic)
         return sum(sizes.values()) if sizes else None
 
-    def broker_log_dirs(self, node_id: int) -> list[dict]:
+    def broker_log_dirs(self, node_id: int) -> list[dict] | None:
         """Each log dir of the broker: what its partitions take, and its volume's total, used
-        and usable bytes (None where the broker does not say)."""
+        and usable bytes (None where the broker does not say); None for a broker that was not
+        asked (a fenced one)."""
+        if node_id not in self.log_dirs:
+            return None
         dirs = []
-        for d in self.log_dirs.get(node_id, []):
+        for d in self.log_dirs[node_id]:
             known = d.total_bytes >= 0 and d.usable_bytes >= 0
             dirs.append(
                 {

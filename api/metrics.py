@@ -1,10 +1,14 @@
-"""The broker's Prometheus endpoint (`metrics.listener`) read into the dashboards' snapshot.
+"""The brokers' Prometheus endpoints (`metrics.listener`) read into the dashboards' snapshot.
 
-A snapshot is one JSON-able dict: gauges as the broker reports them, and rates (bytes and
+A snapshot is one JSON-able dict: gauges as the brokers report them, and rates (bytes and
 requests per second, evictions per second, latency) computed against the previous snapshot from
 the counters it carries under "counters". Scalar values sit at the top level under the names in
 SCALAR_FIELDS, so the history API can chart any of them; per-partition offsets, ongoing
 transactions and per-API request figures are nested lists and maps.
+
+Each broker of a cluster is summarized on its own, against its own counters (kept by endpoint),
+and the summaries are then added up: a broker that restarts or stops answering leaves the
+others' rates as they are, where one sum of every broker's counters would jump.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import time
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from prometheus_client.metrics_core import Metric
@@ -50,7 +55,25 @@ SCALAR_FIELDS = (
     "partitions_behind",
     "quota_throttle_time_ms_per_second",
     "connections_throttled_per_second",
+    "under_replicated_partitions",
+    "offline_partitions",
+    "active_controllers",
+    "isr_shrinks_per_second",
+    "isr_expands_per_second",
+    "leader_elections_per_second",
+    "replica_fetcher_lag_max",
 )
+# Scalars of several brokers that are not added up: the oldest transaction and the largest lag
+# are those of the broker where they are.
+MAXIMUM_FIELDS = frozenset({"transactions_oldest_age_seconds", "replica_fetcher_lag_max"})
+
+# A partition's, an API's, a quota entity's or an ip's figures in a snapshot.
+Row = dict[str, Any]
+
+
+def endpoints(setting: str) -> list[str]:
+    """The metrics URLs of FJORD_METRICS_URL: one per broker, comma-separated."""
+    return [url.strip() for url in setting.split(",") if url.strip()]
 
 
 def scrape(url: str, timeout: float = SCRAPE_TIMEOUT_SECONDS) -> list[Metric]:
@@ -160,7 +183,7 @@ def _quotas(
                 "usage": rate / limit if limit else None,
             }
         )
-    rows.sort(key=lambda r: (-(r["throttle_time_ms_per_second"] or 0.0), -(r["usage"] or 0.0)))
+    rows.sort(key=_most_throttled_first)
     # Entities never throttled need no counters (absent reads as zero), and client ids are the
     # clients' to choose: a snapshot keeps at most MAX_COUNTED, the most throttled.
     counted = sorted(
@@ -172,6 +195,15 @@ def _quotas(
         for entity in sorted(counted)
     ]
     return rows, counters
+
+
+def _most_throttled_first(row: dict[str, Any]) -> tuple[float, float]:
+    return -(row["throttle_time_ms_per_second"] or 0.0), -(row["usage"] or 0.0)
+
+
+def _behind(partitions: list[dict[str, Any]]) -> int:
+    """Partitions whose last stable offset is below their high watermark."""
+    return sum(1 for p in partitions if p["last_stable_offset"] < p["high_watermark"])
 
 
 def _connections_throttled(
@@ -215,6 +247,9 @@ def summarize(
     samples = _samples(families)
     prev = (previous or {}).get("counters") or {}
 
+    isr_shrinks = _scalar(samples, "fjord_isr_shrinks_total")
+    isr_expands = _scalar(samples, "fjord_isr_expands_total")
+    leader_elections = _scalar(samples, "fjord_leader_elections_total")
     requests = _by_api(samples, "fjord_requests_total")
     request_bytes = _by_api(samples, "fjord_request_bytes_total")
     response_bytes = _by_api(samples, "fjord_response_bytes_total")
@@ -254,9 +289,7 @@ def summarize(
     return {
         "broker": "up",
         "partitions": partitions,
-        "partitions_behind": sum(
-            1 for p in partitions if p["last_stable_offset"] < p["high_watermark"]
-        ),
+        "partitions_behind": _behind(partitions),
         "producer_ids_live": int(_scalar(samples, "fjord_producer_ids_live")),
         "transactional_ids_active": int(_scalar(samples, "fjord_transactional_ids_active")),
         "transactions_ongoing": int(_scalar(samples, "fjord_transactions_ongoing")),
@@ -289,6 +322,20 @@ def summarize(
         "connections_throttled_per_second": _total(
             [c["throttled_per_second"] for c in connections], prev
         ),
+        # Kafka's UnderReplicatedPartitions (each leader counts its own), OfflinePartitionsCount
+        # and ActiveControllerCount (the controller's): added up over brokers, each partition
+        # and the controller count once.
+        "under_replicated_partitions": int(_scalar(samples, "fjord_under_replicated_partitions")),
+        "offline_partitions": int(_scalar(samples, "fjord_offline_partitions")),
+        "active_controllers": int(_scalar(samples, "fjord_controller_active")),
+        "isr_shrinks_per_second": _rate(isr_shrinks, prev.get("isr_shrinks"), elapsed),
+        "isr_expands_per_second": _rate(isr_expands, prev.get("isr_expands"), elapsed),
+        "leader_elections_per_second": _rate(
+            leader_elections, prev.get("leader_elections"), elapsed
+        ),
+        "replica_fetcher_lag_max": max(
+            (value for _, value in samples.get("fjord_replica_fetcher_lag", [])), default=0
+        ),
         "counters": {
             "requests": requests,
             "request_bytes": request_bytes,
@@ -298,6 +345,9 @@ def summarize(
             "fetch_session_evictions": evictions,
             "quota_throttle": quota_counters,
             "connections_throttled": connection_counters,
+            "isr_shrinks": isr_shrinks,
+            "isr_expands": isr_expands,
+            "leader_elections": leader_elections,
         },
     }
 
@@ -305,6 +355,153 @@ def summarize(
 def unreachable(error: str) -> dict[str, Any]:
     """The snapshot of a scrape that failed: the dashboard says so instead of going blank."""
     return {"broker": "unreachable", "error": error, "partitions": [], "transactions": []}
+
+
+def sample_brokers(
+    urls: list[str], previous: dict[str, Any] | None, elapsed: float | None
+) -> dict[str, Any]:
+    """The snapshot of every broker's endpoint, scraped side by side (a broker that hangs
+    costs SCRAPE_TIMEOUT_SECONDS, not that much per broker); `previous` is the last stored
+    snapshot, taken `elapsed` seconds before. "broker" is "up" when every endpoint answered,
+    "partial" when some did, "unreachable" when none did."""
+    with ThreadPoolExecutor(max(1, len(urls)), thread_name_prefix="fjord-scrape") as pool:
+        scraped = list(pool.map(_try_scrape, urls))
+    before = (previous or {}).get("counters") or {}
+    summaries: dict[str, dict[str, Any]] = {}
+    errors, status = [], []
+    for url, families in zip(urls, scraped, strict=True):
+        if isinstance(families, Exception):
+            errors.append(f"{url}: {families}")
+            status.append({"url": url, "status": "unreachable"})
+            continue
+        # Counters are kept by endpoint; an endpoint missing from the previous snapshot (it did
+        # not answer then, or the snapshot predates this layout) has no rates yet.
+        own = before.get(url)
+        own_previous = {"counters": own} if isinstance(own, dict) else None
+        summaries[url] = summarize(families, own_previous, elapsed)
+        status.append({"url": url, "status": "up"})
+    if not summaries:
+        return {**unreachable("; ".join(errors) or "no metrics endpoint"), "endpoints": status}
+    data = _added_up(list(summaries.values()))
+    data["counters"] = {url: summary["counters"] for url, summary in summaries.items()}
+    data["endpoints"] = status
+    if errors:
+        data["broker"], data["error"] = "partial", "; ".join(errors)
+    return data
+
+
+def _try_scrape(url: str) -> list[Metric] | Exception:
+    try:
+        return scrape(url)
+    except (OSError, ValueError) as e:
+        return e
+
+
+def _known_sum(values: Iterable[float | None]) -> float | None:
+    """The sum of the values known; None when none is (no broker had a previous sample)."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _merged(
+    rows: Iterable[Row], key: Callable[[Row], Any], merge: Callable[[list[Row]], Row]
+) -> list[Row]:
+    """Rows of several brokers with the same key made one by `merge(list of rows)`."""
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(key(row), []).append(row)
+    return [merge(group) for group in groups.values()]
+
+
+def _merged_partition(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    # Every replica reports its partition; the leader's offsets are the highest (a follower's
+    # high watermark trails the leader's).
+    merged = dict(rows[0])
+    for field in ("high_watermark", "last_stable_offset", "log_start_offset"):
+        merged[field] = max(row[field] for row in rows)
+    return merged
+
+
+def _merged_api(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    # The mean latency of all of them: each broker's weighted by the requests it answered.
+    timed = [
+        (r["latency_ms"], r["requests_per_second"]) for r in rows if r["latency_ms"] is not None
+    ]
+    weight = sum(rate or 0.0 for _, rate in timed)
+    return {
+        "requests_total": sum(r["requests_total"] for r in rows),
+        "requests_per_second": _known_sum(r["requests_per_second"] for r in rows),
+        "latency_ms": sum(ms * (rate or 0.0) for ms, rate in timed) / weight if weight else None,
+        "bytes_in_per_second": _known_sum(r["bytes_in_per_second"] for r in rows),
+        "bytes_out_per_second": _known_sum(r["bytes_out_per_second"] for r in rows),
+    }
+
+
+def _merged_quota(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    # Kafka's quotas hold on each broker: the limit is every broker's, and the usage that
+    # throttles is the highest of them.
+    ms_rate = _known_sum(r["throttle_time_ms_per_second"] for r in rows)
+    count_rate = _known_sum(r["throttled_per_second"] for r in rows)
+    usages = [r["usage"] for r in rows if r["usage"] is not None]
+    limits = [r["limit"] for r in rows if r["limit"] is not None]
+    return {
+        **{key: rows[0][key] for key in ("quota_type", "user", "client_id")},
+        "throttle_time_ms_per_second": ms_rate,
+        "throttled_per_second": count_rate,
+        "mean_throttle_ms": ms_rate / count_rate if ms_rate is not None and count_rate else None,
+        "throttle_time_ms_total": sum(r["throttle_time_ms_total"] for r in rows),
+        "throttled_total": sum(r["throttled_total"] for r in rows),
+        "rate": sum(r["rate"] for r in rows),
+        "limit": max(limits) if limits else None,
+        "usage": max(usages) if usages else None,
+    }
+
+
+def _merged_ip(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "ip": rows[0]["ip"],
+        "throttled_total": sum(r["throttled_total"] for r in rows),
+        "throttled_per_second": _known_sum(r["throttled_per_second"] for r in rows),
+    }
+
+
+def _added_up(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """One snapshot of the brokers' summaries (counters aside): counts and rates added up,
+    partitions, APIs, quota entities and ips each made one row."""
+    data: dict[str, Any] = {"broker": "up"}
+    for field in SCALAR_FIELDS:
+        values = [s[field] for s in summaries]
+        if field in MAXIMUM_FIELDS:
+            data[field] = max(values)
+        else:
+            data[field] = _known_sum(values)
+    partitions = _merged(
+        (p for s in summaries for p in s["partitions"]),
+        lambda p: (p["topic"], p["partition"]),
+        _merged_partition,
+    )
+    data["partitions"] = sorted(partitions, key=lambda p: (p["topic"], p["partition"]))[
+        :MAX_PARTITIONS
+    ]
+    data["partitions_behind"] = _behind(data["partitions"])
+    requests: dict[str, list[dict[str, Any]]] = {}
+    for s in summaries:
+        for api, figures in s["requests"].items():
+            requests.setdefault(api, []).append(figures)
+    data["requests"] = {api: _merged_api(requests[api]) for api in sorted(requests)}
+    quotas = _merged(
+        (q for s in summaries for q in s["quotas"]),
+        lambda q: (q["quota_type"], q["user"], q["client_id"]),
+        _merged_quota,
+    )
+    quotas.sort(key=_most_throttled_first)
+    data["quotas"] = quotas[:MAX_QUOTA_ENTITIES]
+    connections = _merged(
+        (c for s in summaries for c in s["connections_throttled"]), lambda c: c["ip"], _merged_ip
+    )
+    connections.sort(key=lambda c: (-c["throttled_total"], c["ip"]))
+    data["connections_throttled"] = connections[:MAX_QUOTA_ENTITIES]
+    return data
 
 
 async def ongoing_transactions(admin: AdminClient) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""The broker's metric history: a sample every FJORD_METRICS_INTERVAL seconds, stored in
+"""The brokers' metric history: a sample every FJORD_METRICS_INTERVAL seconds, stored in
 api.models.MetricSnapshot for FJORD_METRICS_RETENTION seconds and pushed to the dashboards'
 websocket group.
 
@@ -45,18 +45,17 @@ def latest() -> MetricSnapshot | None:
 
 
 def take_sample() -> dict[str, Any]:
-    """Scrape the broker, summarize against the last stored snapshot, store and return the new
-    one (public form). A broker that does not answer gives an "unreachable" snapshot."""
+    """Scrape every broker, summarize against the last stored snapshot, store and return the
+    new one (public form). When no broker answers the snapshot is "unreachable"."""
     previous = latest()
     taken_at = timezone.now()
-    try:
-        families = metrics.scrape(settings.FJORD_METRICS_URL)
-    except (OSError, ValueError) as e:
-        data = metrics.unreachable(f"{settings.FJORD_METRICS_URL}: {e}")
-    else:
-        usable = previous is not None and previous.data.get("broker") == "up"
-        elapsed = (taken_at - previous.taken_at).total_seconds() if usable else None
-        data = metrics.summarize(families, previous.data if usable else None, elapsed)
+    elapsed = (taken_at - previous.taken_at).total_seconds() if previous is not None else None
+    data = metrics.sample_brokers(
+        metrics.endpoints(settings.FJORD_METRICS_URL),
+        previous.data if previous is not None else None,
+        elapsed,
+    )
+    if data["broker"] != "unreachable":
         data["transactions"] = _transactions(data)
     data["pipelines"] = lifecycle.live_progress()
     data["taken_at"] = taken_at.isoformat()
@@ -102,6 +101,7 @@ DETAIL_KEYS = (
     "pipelines",
     "quotas",
     "connections_throttled",
+    "endpoints",
 )
 
 

@@ -1,6 +1,6 @@
 """Run the whole Fjord platform on one machine: what `make run` starts.
 
-    python -m control.launch [--override key=value ...]
+    python -m control.launch [--brokers N] [--override key=value ...]
 
 Starts the broker (its --override options follow the launcher's own and so win), the ASGI
 web server, a Celery worker and beat (over Redis when REDIS_URL is set, over files under var/
@@ -8,6 +8,11 @@ otherwise), after making sure a first admin can log in. Each child's output is
 forwarded line by line under its name. SIGINT and SIGTERM are forwarded to the children; a
 second one kills them. If a child exits on its own the others are stopped and the launcher
 exits 1.
+
+With --brokers N (N > 1) it starts a local cluster instead of the one broker: brokers 1..N
+sharing DATABASE_URL, which must then be PostgreSQL, as their metadata store; the first where
+the one broker would be, the others on the next ports, each with a log dir of its own. The
+control plane is pointed at all of them (FJORD_BOOTSTRAP, FJORD_METRICS_URL).
 """
 
 import argparse
@@ -20,9 +25,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
 from typing import TextIO
+from urllib.parse import urlsplit
 
 import django
 from django.conf import settings
@@ -40,6 +47,8 @@ class Child:
     argv: list[str]
     # Given an output line, returns what to announce once the child is ready, or None.
     ready: Callable[[str], str | None] | None = None
+    # Set for this child on top of the launcher's environment.
+    env: dict[str, str] = field(default_factory=dict)
 
 
 class Supervisor:
@@ -71,7 +80,7 @@ class Supervisor:
                 proc = subprocess.Popen(
                     child.argv,
                     cwd=settings.BASE_DIR,
-                    env=env,
+                    env={**env, **child.env},
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
@@ -152,21 +161,94 @@ class Supervisor:
                     pass
 
 
-def broker_ready(line: str) -> str | None:
+def broker_ready(line: str, name: str = "broker") -> str | None:
     if "started" not in line:
         return None
     listeners = LISTENER_RE.findall(line)
-    return f"broker listening on {', '.join(listeners)}" if listeners else "broker started"
+    return f"{name} listening on {', '.join(listeners)}" if listeners else f"{name} started"
 
 
-def platform_children(web_port: str, broker_overrides: Sequence[str]) -> list[Child]:
-    """The processes of a single-machine platform, configured from the control plane's settings
-    so that the broker listens where the control plane looks for it."""
+@dataclass(frozen=True)
+class BrokerPlace:
+    """Where one broker of the platform listens, serves its metrics and keeps its logs."""
+
+    node_id: int
+    bootstrap: str
+    metrics_url: str
+    log_dir: Path
+
+
+def _port_plus(address: str, offset: int) -> str:
+    host, _, port = address.rpartition(":")
+    return f"{host}:{int(port) + offset}"
+
+
+def broker_places(count: int) -> list[BrokerPlace]:
+    """The first broker where the control plane's settings look for it (as `make run`'s one
+    broker is), the others on the ports after its Kafka and metrics ports; a lone broker keeps
+    var/kafka-logs, a cluster's take var/kafka-logs-<node id>."""
     bootstrap = settings.FJORD_BOOTSTRAP.split(",")[0].strip()
-    overrides = [
-        f"log.dirs={settings.VAR_DIR / 'kafka-logs'}",
-        f"listeners=PLAINTEXT://{bootstrap}",
-        f"metrics.listener={settings.FJORD_METRICS_URL}",
+    metrics_url = settings.FJORD_METRICS_URL.split(",")[0].strip()
+    places = []
+    for offset in range(count):
+        node_id = offset + 1
+        metrics = urlsplit(metrics_url)
+        if metrics_url:
+            metrics = metrics._replace(netloc=_port_plus(metrics.netloc, offset))
+        places.append(
+            BrokerPlace(
+                node_id=node_id,
+                bootstrap=_port_plus(bootstrap, offset),
+                # Empty keeps every broker's metrics endpoint off, as it keeps the one's.
+                metrics_url=metrics.geturl(),
+                log_dir=settings.VAR_DIR
+                / ("kafka-logs" if count == 1 else f"kafka-logs-{node_id}"),
+            )
+        )
+    return places
+
+
+def cluster_store_url() -> str:
+    """DATABASE_URL, as the metadata store a local cluster's brokers share (their tables are
+    prefixed fjord_meta_, beside Django's); ValueError unless it is PostgreSQL."""
+    url = os.environ.get("DATABASE_URL", "")
+    scheme = urlsplit(url).scheme
+    if scheme not in ("postgres", "postgresql"):
+        # The scheme only: the rest of the URL may hold a password.
+        found = f"a {scheme}: URL" if scheme else "not set"
+        raise ValueError(
+            "--brokers above 1 needs DATABASE_URL to be a PostgreSQL URL "
+            "(postgresql://user:password@host:5432/database), where the brokers keep the "
+            f"cluster's metadata; it is {found}"
+        )
+    return url
+
+
+def write_cluster_properties(store_url: str) -> Path:
+    """The cluster's shared broker properties, in a file only this user may read: the store's
+    URL carries DATABASE_URL's password, which command lines would show every user (ps)."""
+    path = settings.VAR_DIR / "cluster.properties"
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as f:
+        f.write(f"metadata.store.url={store_url}\n")
+    # O_CREAT's mode applies to a new file only.
+    os.chmod(path, 0o600)
+    return path
+
+
+def platform_children(
+    web_port: str,
+    broker_overrides: Sequence[str],
+    brokers: int = 1,
+    cluster_properties: Path | None = None,
+) -> list[Child]:
+    """The processes of a single-machine platform, configured from the control plane's settings
+    so that the brokers listen where the control plane looks for them. Several brokers form a
+    cluster through `cluster_properties` (write_cluster_properties)."""
+    if brokers > 1 and cluster_properties is None:
+        raise ValueError("a cluster's brokers need the cluster's properties file")
+    places = broker_places(brokers)
+    common = [
         # ACLs can be managed from the console from the start; until a resource has one,
         # everybody may use it, as on a broker without an authorizer.
         "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -174,15 +256,40 @@ def platform_children(web_port: str, broker_overrides: Sequence[str]) -> list[Ch
         # The pipelines' exactly-once sink prepares transactions for its driver to commit
         # (KIP-939); Kafka leaves two-phase commit off by default.
         "transaction.two.phase.commit.enable=true",
-        *broker_overrides,
     ]
-    broker_argv = [sys.executable, "-m", "broker"]
-    for override in overrides:
-        broker_argv += ["--override", override]
+    children = []
+    for place in places:
+        overrides = [
+            f"log.dirs={place.log_dir}",
+            f"listeners=PLAINTEXT://{place.bootstrap}",
+            f"metrics.listener={place.metrics_url}",
+        ]
+        argv = [sys.executable, "-m", "broker"]
+        name = "broker"
+        if brokers > 1:
+            name = f"broker-{place.node_id}"
+            argv.append(str(cluster_properties))
+            # Topics created without a replication factor are replicated as in a production
+            # cluster (Kafka's default is 1), and the internal topics, whose default of 3 a
+            # smaller cluster could never create, on as many brokers as there are up to 3.
+            replicas = min(brokers, 3)
+            overrides += [
+                f"node.id={place.node_id}",
+                f"default.replication.factor={replicas}",
+                f"offsets.topic.replication.factor={replicas}",
+                f"transaction.state.log.replication.factor={replicas}",
+            ]
+        for override in [*overrides, *common, *broker_overrides]:
+            argv += ["--override", override]
+        children.append(Child(name, argv, lambda line, name=name: broker_ready(line, name)))
 
+    # The control plane looks where the brokers are.
+    control_env = {
+        "FJORD_BOOTSTRAP": ",".join(place.bootstrap for place in places),
+        "FJORD_METRICS_URL": ",".join(place.metrics_url for place in places if place.metrics_url),
+    }
     console_url = f"http://127.0.0.1:{web_port}/"
-    children = [
-        Child("broker", broker_argv, broker_ready),
+    children += [
         Child(
             "web",
             [
@@ -198,12 +305,13 @@ def platform_children(web_port: str, broker_overrides: Sequence[str]) -> list[Ch
             lambda line: (
                 f"console at {console_url}" if "Listening on TCP address" in line else None
             ),
+            control_env,
         ),
     ]
     celery = [sys.executable, "-m", "celery", "-A", "control"]
     children += [
-        Child("worker", [*celery, "worker", "--loglevel", "INFO"]),
-        Child("beat", [*celery, "beat", "--loglevel", "INFO"]),
+        Child("worker", [*celery, "worker", "--loglevel", "INFO"], env=control_env),
+        Child("beat", [*celery, "beat", "--loglevel", "INFO"], env=control_env),
     ]
     return children
 
@@ -213,25 +321,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m control.launch", description="Run the Fjord platform on this machine."
     )
     parser.add_argument(
+        "--brokers",
+        type=_broker_count,
+        default=1,
+        metavar="N",
+        help="brokers to start; more than one form a cluster on DATABASE_URL (PostgreSQL)",
+    )
+    parser.add_argument(
         "--override",
         action="append",
         default=[],
         metavar="key=value",
-        help="broker property, passed on to `python -m broker`",
+        help="broker property, passed on to every `python -m broker`",
     )
     args = parser.parse_args(argv)
+    store_url = None
+    if args.brokers > 1:
+        try:
+            store_url = cluster_store_url()
+        except ValueError as e:
+            parser.error(str(e))
 
     django.setup()
     call_command("migrate", interactive=False, verbosity=0)
     call_command("ensure_admin", stdout=PrefixedStdout())
-    children = platform_children(os.environ.get("FJORD_WEB_PORT", "8000"), args.override)
+    children = platform_children(
+        os.environ.get("FJORD_WEB_PORT", "8000"),
+        args.override,
+        args.brokers,
+        write_cluster_properties(store_url) if store_url else None,
+    )
     print(f"fjord: starting {', '.join(child.name for child in children)}", flush=True)
     if not settings.REDIS_URL:
+        on_sqlite = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3"
         print(
-            "fjord: REDIS_URL is not set: Celery queues under var/celery, SQLite holds the rest",
+            "fjord: REDIS_URL is not set: Celery queues under var/celery"
+            + (", SQLite holds the rest" if on_sqlite else ""),
             flush=True,
         )
     return Supervisor(children).run()
+
+
+def _broker_count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of brokers (1 or more), got {text!r}")
+    return int(text)
 
 
 class PrefixedStdout:

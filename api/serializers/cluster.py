@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from api.serializers.topics import ConfigAlterSerializer, ConfigEntrySerializer
@@ -30,20 +29,33 @@ class LogDirSerializer(serializers.Serializer):
 
 
 class BrokerSerializer(serializers.Serializer):
-    id = serializers.IntegerField(source="node_id")
-    host = serializers.CharField()
-    port = serializers.IntegerField()
-    rack = serializers.CharField(allow_null=True)
-    log_dirs = serializers.SerializerMethodField(
-        help_text="Its log dirs (DescribeLogDirs); null when the control plane may not ask."
-    )
+    """A broker (api.brokers.BrokerState)."""
 
-    @extend_schema_field(LogDirSerializer(many=True, allow_null=True))
-    def get_log_dirs(self, node) -> list | None:
-        disk = self.context.get("disk")
-        if disk is None:
-            return None
-        return LogDirSerializer(disk.broker_log_dirs(node.node_id), many=True).data
+    id = serializers.IntegerField(source="node.node_id")
+    host = serializers.CharField(source="node.host")
+    port = serializers.IntegerField(source="node.port")
+    rack = serializers.CharField(source="node.rack", allow_null=True)
+    fenced = serializers.BooleanField(
+        source="node.fenced",
+        help_text="Its lease in the metadata store lapsed: it leads nothing and is in no ISR "
+        "until it registers again.",
+    )
+    controller = serializers.BooleanField(help_text="Whether it is the active controller.")
+    partitions_led = serializers.IntegerField(
+        help_text="Partitions it leads (of the topics the control plane may describe)."
+    )
+    partition_count = serializers.IntegerField(
+        help_text="Partitions with a replica on it (of the topics the control plane may describe)."
+    )
+    size_bytes = serializers.IntegerField(
+        allow_null=True, help_text="Bytes its partition replicas take, all log dirs."
+    )
+    log_dirs = LogDirSerializer(
+        many=True,
+        allow_null=True,
+        help_text="Its log dirs (DescribeLogDirs); null when it was not asked (fenced) or "
+        "could not say.",
+    )
 
 
 class ClusterSerializer(serializers.Serializer):

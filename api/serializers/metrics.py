@@ -89,14 +89,24 @@ def _number(help_text: str) -> serializers.FloatField:
     return serializers.FloatField(allow_null=True, required=False, help_text=help_text)
 
 
+class MetricsEndpointSerializer(serializers.Serializer):
+    url = serializers.CharField()
+    status = serializers.ChoiceField(["up", "unreachable"])
+
+
 class MetricSnapshotSerializer(serializers.Serializer):
-    """One sample; rates are null on the first sample after a gap."""
+    """One sample of every broker (FJORD_METRICS_URL), added up; rates are null on the first
+    sample after a gap."""
 
     taken_at = serializers.DateTimeField()
     broker = serializers.ChoiceField(
-        ["up", "unreachable"], help_text="Whether the metrics endpoint answered."
+        ["up", "partial", "unreachable"],
+        help_text="Whether the metrics endpoints answered: all, some, or none.",
     )
-    error = serializers.CharField(allow_null=True, required=False)
+    error = serializers.CharField(
+        allow_null=True, required=False, help_text="What the endpoints that failed answered."
+    )
+    endpoints = MetricsEndpointSerializer(many=True, required=False)
     partitions = PartitionOffsetsSerializer(many=True, required=False)
     transactions = OngoingTransactionSerializer(many=True, required=False)
     transactions_error = serializers.CharField(allow_null=True, required=False)
@@ -120,6 +130,17 @@ class MetricSnapshotSerializer(serializers.Serializer):
     connections_throttled = ConnectionsThrottledSerializer(many=True, required=False)
     connections_throttled_per_second = _number(
         "Connections closed per second for their ip's connection_creation_rate."
+    )
+    under_replicated_partitions = _number(
+        "Partitions whose ISR lacks one of their replicas (each counted by its leader)."
+    )
+    offline_partitions = _number("Partitions without a leader (counted by the controller).")
+    active_controllers = _number("Brokers acting as controller: 1 in a healthy cluster.")
+    isr_shrinks_per_second = _number("Replicas dropped from an ISR per second.")
+    isr_expands_per_second = _number("Replicas added back to an ISR per second.")
+    leader_elections_per_second = _number("Partition leaders elected per second.")
+    replica_fetcher_lag_max = _number(
+        "The largest lag of a follower behind its leader's high watermark, in records."
     )
 
 

@@ -130,18 +130,30 @@ class TopicListingSerializer(TopicSizeMixin):
 
 class PartitionSerializer(serializers.Serializer):
     partition = serializers.IntegerField()
-    leader = serializers.IntegerField()
+    leader = serializers.IntegerField(help_text="-1 while the partition is offline.")
     leader_epoch = serializers.IntegerField()
     replicas = serializers.ListField(child=serializers.IntegerField())
-    isr = serializers.ListField(child=serializers.IntegerField())
-    log_start_offset = serializers.IntegerField()
-    high_watermark = serializers.IntegerField()
+    isr = serializers.ListField(
+        child=serializers.IntegerField(), help_text="The replicas in sync with the leader."
+    )
+    offline_replicas = serializers.ListField(
+        child=serializers.IntegerField(), help_text="Replicas on brokers fenced or gone."
+    )
+    under_replicated = serializers.SerializerMethodField(
+        help_text="Whether the ISR lacks one of the replicas."
+    )
+    log_start_offset = serializers.IntegerField(help_text="-1 while the partition is offline.")
+    high_watermark = serializers.IntegerField(help_text="-1 while the partition is offline.")
     last_stable_offset = serializers.IntegerField(
-        help_text="Below the high watermark while a transaction writing to the partition is open."
+        help_text="Below the high watermark while a transaction writing to the partition is "
+        "open; -1 while the partition is offline."
     )
     size_bytes = serializers.SerializerMethodField(
         help_text="Bytes on disk (its largest replica); null when unknown."
     )
+
+    def get_under_replicated(self, partition) -> bool:
+        return len(partition.isr) < len(partition.replicas)
 
     def get_size_bytes(self, partition) -> int | None:
         return self.context.get("partition_sizes", {}).get(partition.partition)

@@ -1,5 +1,5 @@
 """/api/v1/cluster/ and /api/v1/brokers/: the cluster's brokers and their configs, as
-kafka-broker-api-versions and kafka-configs --entity-type brokers see them."""
+kafka-broker-api-versions, kafka-log-dirs and kafka-configs --entity-type brokers see them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api import kafka
-from api.disk_usage import disk_usage
+from api.brokers import cluster_overview
 from api.permissions import ADMIN
 from api.serializers.cluster import (
     BrokerSerializer,
@@ -19,19 +19,21 @@ from api.serializers.cluster import (
     ConfigEntrySerializer,
 )
 from api.views.base import BrokerViewSet, alter_resource_configs, resource_configs
-from broker.client.models import ClusterDescription, ConfigResourceType, Node
+from broker.client.models import ConfigResourceType, Node
 
 
-def describe_cluster() -> ClusterDescription:
-    return kafka.call(lambda admin: admin.describe_cluster())
+def no_such_broker(broker_id: int | str) -> NotFound:
+    return NotFound(f"No broker with id {broker_id} in the cluster.")
 
 
 def find_broker(broker_id: int) -> Node:
-    """The broker with that node id, or a 404 (the control plane asks only brokers it knows)."""
-    for node in describe_cluster().brokers:
+    """The broker with that node id, fenced or not, or a 404 (the control plane asks only
+    brokers it knows)."""
+    described = kafka.call(lambda admin: admin.describe_cluster(include_fenced_brokers=True))
+    for node in described.brokers:
         if node.node_id == broker_id:
             return node
-    raise NotFound(f"No broker with id {broker_id} in the cluster.")
+    raise no_such_broker(broker_id)
 
 
 class ClusterViewSet(BrokerViewSet):
@@ -41,22 +43,17 @@ class ClusterViewSet(BrokerViewSet):
     pagination_class = None
 
     def list(self, request: Request) -> Response:
-        return Response(ClusterSerializer(describe_cluster(), context={"disk": disk_usage()}).data)
+        return Response(ClusterSerializer(cluster_overview()).data)
 
 
 class BrokerNodeViewSet(BrokerViewSet):
-    """Brokers of the cluster and their configs; changing a broker config takes an admin."""
+    """Brokers of the cluster, fenced ones included: the controller, partitions led, log dirs;
+    and their configs, which an admin may change."""
 
     serializer_class = BrokerSerializer
     lookup_field = "id"
     lookup_value_regex = "[0-9]{1,10}"
     action_roles = {"alter_configs": ADMIN}
-
-    def get_serializer_context(self) -> dict:
-        context = super().get_serializer_context()
-        if self.action in ("list", "retrieve"):
-            context["disk"] = disk_usage()
-        return context
 
     def get_serializer_class(self):
         return {
@@ -65,11 +62,13 @@ class BrokerNodeViewSet(BrokerViewSet):
         }.get(self.action, BrokerSerializer)
 
     def list(self, request: Request) -> Response:
-        return self.paginated(request, describe_cluster().brokers, BrokerSerializer)
+        return self.paginated(request, cluster_overview().brokers, BrokerSerializer)
 
     def retrieve(self, request: Request, id: str) -> Response:
-        node = find_broker(int(id))
-        return Response(BrokerSerializer(node, context=self.get_serializer_context()).data)
+        broker = cluster_overview().broker(int(id))
+        if broker is None:
+            raise no_such_broker(id)
+        return Response(BrokerSerializer(broker).data)
 
     @extend_schema(responses=ConfigEntrySerializer(many=True))
     @action(detail=True, methods=["get"], pagination_class=None)

@@ -20,6 +20,7 @@ from broker.client.models import (
     CreatedTopic,
     LogDirDescription,
     NewTopic,
+    Node,
     PartitionDescription,
     ReplicaInfo,
     TopicDescription,
@@ -37,7 +38,10 @@ READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
 
 class TopicOperations(ClusterClient):
-    async def describe_cluster(self) -> ClusterDescription:
+    async def describe_cluster(self, include_fenced_brokers: bool = False) -> ClusterDescription:
+        """The cluster id, the controller and the brokers; fenced ones too (flagged) when asked,
+        which takes DescribeCluster v2 (KIP-1073)."""
+
         async def attempt() -> ClusterDescription:
             session = await self.any_session()
             response = await session.send(
@@ -46,15 +50,21 @@ class TopicOperations(ClusterClient):
                     "DescribeClusterRequest",
                     include_cluster_authorized_operations=False,
                     endpoint_type=1,  # brokers
-                    include_fenced_brokers=False,
+                    include_fenced_brokers=include_fenced_brokers,
                 )
             )
             check(response.error_code, response.error_message)
             await self.metadata()
+            brokers = list(self.nodes.values())
+            if include_fenced_brokers:
+                brokers = [
+                    Node(b.broker_id, b.host, b.port, b.rack, getattr(b, "is_fenced", False))
+                    for b in response.brokers
+                ]
             return ClusterDescription(
                 cluster_id=response.cluster_id,
                 controller_id=response.controller_id,
-                brokers=list(self.nodes.values()),
+                brokers=brokers,
             )
 
         return await self.retrying(attempt)
@@ -81,7 +91,14 @@ class TopicOperations(ClusterClient):
             return response
 
         response = await self.retrying(attempt)
-        partitions = [(t.name, p.partition_index) for t in response.topics for p in t.partitions]
+        # An offline partition has no leader to ask: its offsets are unknown (-1), and the
+        # others are still described.
+        partitions = [
+            (t.name, p.partition_index)
+            for t in response.topics
+            for p in t.partitions
+            if p.leader_id >= 0
+        ]
         log_start = await self.list_offsets(partitions, EARLIEST)
         high_watermark = await self.list_offsets(partitions, LATEST)
         lso = await self.list_offsets(partitions, LATEST, READ_COMMITTED)
@@ -97,9 +114,10 @@ class TopicOperations(ClusterClient):
                         leader_epoch=p.leader_epoch,
                         replicas=list(p.replica_nodes),
                         isr=list(p.isr_nodes),
-                        log_start_offset=log_start[(t.name, p.partition_index)],
-                        high_watermark=high_watermark[(t.name, p.partition_index)],
-                        last_stable_offset=lso[(t.name, p.partition_index)],
+                        log_start_offset=log_start.get((t.name, p.partition_index), -1),
+                        high_watermark=high_watermark.get((t.name, p.partition_index), -1),
+                        last_stable_offset=lso.get((t.name, p.partition_index), -1),
+                        offline_replicas=list(getattr(p, "offline_replicas", ())),
                     )
                     for p in sorted(t.partitions, key=lambda p: p.partition_index)
                 ],

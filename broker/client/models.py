@@ -70,6 +70,8 @@ class Node:
     host: str
     port: int
     rack: str | None = None
+    # Kafka's Node.isFenced (KIP-1073): only DescribeCluster asked for fenced brokers says so.
+    fenced: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,8 @@ class PartitionDescription:
     log_start_offset: int
     high_watermark: int
     last_stable_offset: int
+    # Replicas on brokers that are fenced or gone (Metadata v5+).
+    offline_replicas: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -239,9 +239,18 @@ def admin_api(admin_user):
     return token_client(admin_user)
 
 
-@pytest.fixture
-def admin_browser(admin_user):
+def session_browser(user: User) -> Client:
     """A Django test client logged in with a session, as the console is used."""
     browser = Client()
-    browser.force_login(admin_user)
+    browser.force_login(user)
     return browser
+
+
+@pytest.fixture
+def admin_browser(admin_user):
+    return session_browser(admin_user)
+
+
+@pytest.fixture
+def viewer_browser(viewer):
+    return session_browser(viewer)

@@ -21,13 +21,6 @@ def listening_port():
         yield server.getsockname()[1]
 
 
-@pytest.fixture
-def viewer_browser(viewer):
-    browser = Client()
-    browser.force_login(viewer)
-    return browser
-
-
 def store_sample(**data) -> MetricSnapshot:
     taken_at = timezone.now()
     return MetricSnapshot.objects.create(

@@ -15,7 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from control.launch import Child, Supervisor, broker_ready, platform_children
+from control.launch import (
+    Child,
+    Supervisor,
+    broker_ready,
+    main,
+    platform_children,
+    write_cluster_properties,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -102,9 +109,82 @@ def test_the_broker_listens_where_the_control_plane_looks(settings, tmp_path):
     overrides = broker_argv[4::2]
     assert "listeners=PLAINTEXT://127.0.0.1:19092" in overrides
     assert "metrics.listener=http://127.0.0.1:19308/metrics" in overrides
+    assert not [o for o in overrides if o.startswith(("node.id=", "metadata.store.url="))]
     # The caller's overrides come last, so the broker lets them win.
     assert overrides[-1] == f"log.dirs={tmp_path}"
     assert children[1].argv[-3:] == ["-p", "8123", "control.asgi:application"]
+    assert children[1].env == {
+        "FJORD_BOOTSTRAP": "127.0.0.1:19092",
+        "FJORD_METRICS_URL": "http://127.0.0.1:19308/metrics",
+    }
+
+
+def test_a_cluster_is_brokers_on_consecutive_ports_and_the_control_plane_sees_them(
+    settings, tmp_path
+):
+    settings.FJORD_BOOTSTRAP = "127.0.0.1:19092"
+    settings.FJORD_METRICS_URL = "http://127.0.0.1:19308/metrics"
+    settings.VAR_DIR = tmp_path
+    properties = write_cluster_properties("postgresql://fjord:secret@db:5432/fjord")
+
+    children = platform_children("8123", ["num.partitions=3"], 3, properties)
+
+    names = ["broker-1", "broker-2", "broker-3", "web", "worker", "beat"]
+    assert [child.name for child in children] == names
+    for node, child in enumerate(children[:3], start=1):
+        # The store's URL, password and all, only in a file of the launcher's user.
+        assert child.argv[:4] == [sys.executable, "-m", "broker", str(properties)]
+        assert not [arg for arg in child.argv if "secret" in arg]
+        overrides = child.argv[5::2]
+        assert overrides[:7] == [
+            f"log.dirs={tmp_path / f'kafka-logs-{node}'}",
+            f"listeners=PLAINTEXT://127.0.0.1:{19091 + node}",
+            f"metrics.listener=http://127.0.0.1:{19307 + node}/metrics",
+            f"node.id={node}",
+            "default.replication.factor=3",
+            "offsets.topic.replication.factor=3",
+            "transaction.state.log.replication.factor=3",
+        ]
+        assert overrides[-1] == "num.partitions=3"
+        assert child.ready("INFO broker started, listening on PLAINTEXT://127.0.0.1:1") == (
+            f"broker-{node} listening on PLAINTEXT://127.0.0.1:1"
+        )
+    assert properties.read_text() == "metadata.store.url=postgresql://fjord:secret@db:5432/fjord\n"
+    assert properties.stat().st_mode & 0o777 == 0o600
+    control_env = {
+        "FJORD_BOOTSTRAP": "127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094",
+        "FJORD_METRICS_URL": ",".join(
+            f"http://127.0.0.1:{port}/metrics" for port in (19308, 19309, 19310)
+        ),
+    }
+    assert [child.env for child in children[3:]] == [control_env] * 3
+
+
+@pytest.mark.parametrize(
+    "database_url", [None, "sqlite:///var/control.sqlite3", "mysql://u:pw@h/db"]
+)
+def test_a_cluster_needs_postgresql(monkeypatch, capsys, database_url):
+    if database_url is None:
+        monkeypatch.delenv("DATABASE_URL", raising=False)
+    else:
+        monkeypatch.setenv("DATABASE_URL", database_url)
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--brokers", "3"])
+
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert "DATABASE_URL to be a PostgreSQL URL" in error
+    assert "pw" not in error
+
+
+@pytest.mark.parametrize("count", ["0", "-1", "three"])
+def test_the_broker_count_is_a_positive_number(capsys, count):
+    with pytest.raises(SystemExit) as exited:
+        main(["--brokers", count])
+
+    assert exited.value.code == 2
+    assert "expected a number of brokers" in capsys.readouterr().err
 
 
 def free_port() -> int:

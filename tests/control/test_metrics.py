@@ -144,6 +144,46 @@ def test_an_unreachable_broker_gives_an_unreachable_snapshot(settings, listening
     assert MetricSnapshot.objects.latest().data["broker"] == "unreachable"
 
 
+def test_every_endpoint_is_sampled_and_one_that_fails_leaves_the_others_rates(
+    broker_settings, settings, listening_port_closed, unique
+):
+    closed = f"http://127.0.0.1:{listening_port_closed}/metrics"
+    settings.FJORD_METRICS_URL = f"{broker_settings.metrics_url}, {closed}"
+    topic = unique("partial")
+    create_topic(broker_settings.bootstrap, topic)
+    produce(broker_settings.bootstrap, topic, 1)
+
+    sampling.sample()
+    produce(broker_settings.bootstrap, topic, 1)
+    data = sampling.sample()
+
+    assert data["broker"] == "partial"
+    assert closed in data["error"] and broker_settings.metrics_url not in data["error"]
+    assert data["endpoints"] == [
+        {"url": broker_settings.metrics_url, "status": "up"},
+        {"url": closed, "status": "unreachable"},
+    ]
+    assert partition(data, topic)["high_watermark"] == 2
+    # The broker that answered has its rates, against its own counters.
+    assert data["bytes_in_per_second"] > 0
+    assert list(MetricSnapshot.objects.latest().data["counters"]) == [broker_settings.metrics_url]
+
+
+def test_a_sample_after_one_of_the_single_broker_layout_starts_its_rates_afresh(
+    broker_settings,
+):
+    MetricSnapshot.objects.create(
+        taken_at=timezone.now(),
+        data={"broker": "up", "counters": {"requests": {"Produce": 1.0}}},
+    )
+
+    data = sampling.sample()
+
+    assert data["broker"] == "up"
+    assert data["bytes_in_per_second"] is None
+    assert data["requests"]["Metadata"]["requests_per_second"] is None
+
+
 def test_prune_honours_retention_and_thins_older_samples(settings):
     settings.FJORD_METRICS_RETENTION = 3600
     now = timezone.now()

@@ -27,13 +27,6 @@ def topic(confluent, unique):
     return name
 
 
-@pytest.fixture
-def viewer_browser(viewer):
-    browser = Client()
-    browser.force_login(viewer)
-    return browser
-
-
 def text(response) -> str:
     return response.content.decode()
 

@@ -4,14 +4,13 @@ artifacts under var/test-artifacts/ (FJORD_TEST_ARTIFACTS moves them)."""
 from __future__ import annotations
 
 import os
-import uuid
 from pathlib import Path
 
-import psycopg
 import pytest
 import redis
 from broker_process import REPO
 from platform_process import Platform
+from postgres_database import throwaway_database
 
 CHROMIUM = "/usr/bin/chromium"
 # Without the background-networking flags chromium keeps dialling Google's hosts, which this
@@ -33,26 +32,36 @@ ARTIFACTS = Path(os.environ.get("FJORD_TEST_ARTIFACTS", REPO / "var" / "test-art
 @pytest.fixture(scope="module")
 def platform_database():
     """A PostgreSQL database of its own for the platform, dropped afterwards."""
-    name = f"fjord_e2e_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres", autocommit=True) as c:
-        c.execute(f'CREATE DATABASE "{name}"')
-    yield f"postgres://postgres@127.0.0.1:5432/{name}"
-    with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres", autocommit=True) as c:
-        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with throwaway_database("fjord_e2e") as url:
+        yield url
 
 
-@pytest.fixture(scope="module")
-def platform(tmp_path_factory, platform_database):
-    """The production shape: PostgreSQL, Redis, worker and beat."""
+def run_platform(tmp_path_factory, database_url: str, brokers: int = 1):
+    """The production shape: PostgreSQL, Redis, worker and beat; several brokers form a
+    cluster on the platform's database."""
     # A Redis database of its own (2 to 15: the tests' own settings use 1), so that a second
     # run beside this one takes none of its tasks.
     redis_url = f"redis://127.0.0.1:6379/{2 + os.getpid() % 14}"
     redis.Redis.from_url(redis_url).flushdb()
     running = Platform(
-        tmp_path_factory.mktemp("platform"), DATABASE_URL=platform_database, REDIS_URL=redis_url
+        tmp_path_factory.mktemp("platform"),
+        brokers,
+        DATABASE_URL=database_url,
+        REDIS_URL=redis_url,
     ).start()
     yield running
     assert running.stop() == 0, "".join(running.output[-200:])
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory, platform_database):
+    yield from run_platform(tmp_path_factory, platform_database)
+
+
+@pytest.fixture(scope="module")
+def cluster_platform(tmp_path_factory, platform_database):
+    """`python -m control.launch --brokers 3`."""
+    yield from run_platform(tmp_path_factory, platform_database, brokers=3)
 
 
 @pytest.fixture(scope="module")

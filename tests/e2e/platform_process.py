@@ -1,14 +1,16 @@
 """The whole platform as `make run` starts it (python -m control.launch: broker, web, worker,
-beat), in a directory of its own, for end-to-end tests."""
+beat), in a directory of its own, for end-to-end tests; with `--brokers N`, a cluster."""
 
 from __future__ import annotations
 
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from broker_process import REPO, free_port
@@ -16,10 +18,31 @@ from broker_process import REPO, free_port
 LOGIN = re.compile(r"fjord: first admin login: (\S+) / (\S+)")
 
 
+def free_port_run(count: int) -> int:
+    """The first of `count` consecutive free ports: the launcher puts a cluster's brokers on
+    the ports after the first one's."""
+    for _ in range(100):
+        first = free_port()
+        taken = []
+        try:
+            for port in range(first, first + count):
+                taken.append(socket.create_server(("127.0.0.1", port)))
+        except OSError:
+            continue
+        finally:
+            for server in taken:
+                server.close()
+        return first
+    raise RuntimeError(f"found no {count} consecutive free ports")
+
+
 class Platform:
-    def __init__(self, var_dir: Path, **env: str) -> None:
+    def __init__(self, var_dir: Path, brokers: int = 1, **env: str) -> None:
         self.var_dir = var_dir
-        self.kafka_port, self.metrics_port, self.web_port = free_port(), free_port(), free_port()
+        self.brokers = brokers
+        self.args: Sequence[str] = ("--brokers", str(brokers)) if brokers > 1 else ()
+        self.kafka_port, self.metrics_port = free_port_run(brokers), free_port_run(brokers)
+        self.web_port = free_port()
         self.env = {
             **{k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}},
             "DJANGO_SETTINGS_MODULE": "control.settings",
@@ -44,15 +67,16 @@ class Platform:
 
     def start(self, timeout: float = 120) -> Platform:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "control.launch"],
+            [sys.executable, "-m", "control.launch", *self.args],
             cwd=REPO,
             env=self.env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
         )
-        # The console, the broker, the worker and a login: then a browser has a platform.
-        wanted = {"console": False, "broker": False, "worker": False, "login": False}
+        # The console, every broker, the worker and a login: then a browser has a platform.
+        wanted = {"console": False, "brokers": False, "worker": False, "login": False}
+        brokers_up: set[str] = set()
         ready = threading.Event()
 
         def pump(proc: subprocess.Popen[str] = self.proc) -> None:
@@ -62,7 +86,9 @@ class Platform:
                     self.username, self.password = match.groups()
                     wanted["login"] = True
                 wanted["console"] |= line.startswith("fjord: console at")
-                wanted["broker"] |= line.startswith("fjord: broker")
+                if line.startswith("fjord: broker"):
+                    brokers_up.add(line.split()[1])
+                wanted["brokers"] = len(brokers_up) == self.brokers
                 wanted["worker"] |= line.startswith("[worker]") and " ready." in line
                 if all(wanted.values()):
                     ready.set()

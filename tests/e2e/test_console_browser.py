@@ -4,8 +4,6 @@ transaction without reloading."""
 
 from __future__ import annotations
 
-import re
-
 from confluent_kafka import Producer
 from confluent_kafka.admin import (
     AclBindingFilter,
@@ -16,18 +14,10 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from playwright.sync_api import Page, expect
+from console_support import log_in
+from playwright.sync_api import expect
 
 PARTITION_ROW = '[data-topic="{topic}"][data-partition="{partition}"]'
-
-
-def log_in(page: Page, platform) -> None:
-    page.goto(f"{platform.url}/")
-    expect(page).to_have_url(re.compile(r"/login/"))
-    page.fill("#id_username", platform.username)
-    page.fill("#id_password", platform.password)
-    page.get_by_role("button", name="Log in").click()
-    expect(page.get_by_role("link", name="Dashboard")).to_be_visible()
 
 
 def test_log_in_create_a_topic_and_a_transactional_id_acl(page, platform, screenshot):

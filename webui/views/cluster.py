@@ -7,7 +7,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
-from api.disk_usage import disk_usage
+from api.brokers import cluster_overview
 from api.permissions import ADMIN
 from broker.client.models import ConfigResourceType
 from webui.views.base import (
@@ -21,26 +21,30 @@ from webui.views.configs import configs_page
 
 @role_required()
 def cluster(request: HttpRequest) -> HttpResponse:
+    """The Brokers page: alive or fenced, the controller, partitions led, log dirs."""
     try:
-        description = broker_call(request, lambda admin: admin.describe_cluster())
+        overview = cluster_overview(lambda operation: broker_call(request, operation))
     except BrokerCallFailed:
-        description = None
-    usage = disk_usage() if description is not None else None
-    log_dirs = [
-        {"broker": b.node_id, **log_dir}
-        for b in (description.brokers if usage is not None else [])
-        for log_dir in usage.broker_log_dirs(b.node_id)
-    ]
-    return render(
-        request, "webui/cluster/cluster.html", {"cluster": description, "log_dirs": log_dirs}
-    )
+        overview = None
+    brokers = overview.brokers if overview is not None else []
+    context = {
+        "cluster": overview,
+        "alive": sum(1 for b in brokers if not b.node.fenced),
+        "log_dirs": [
+            {"broker": b.node.node_id, **log_dir} for b in brokers for log_dir in b.log_dirs or ()
+        ],
+        "brokers_config": {"api_url": reverse("api:cluster-list"), "refresh_seconds": 5},
+    }
+    return render(request, "webui/cluster/cluster.html", context)
 
 
 @role_required()
 def broker_configs(request: HttpRequest, broker_id: int) -> HttpResponse:
     require_role_to_post(request, ADMIN)
     try:
-        description = broker_call(request, lambda admin: admin.describe_cluster())
+        description = broker_call(
+            request, lambda admin: admin.describe_cluster(include_fenced_brokers=True)
+        )
     except BrokerCallFailed:
         description = None
     known = description is not None and any(b.node_id == broker_id for b in description.brokers)

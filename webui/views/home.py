@@ -16,11 +16,13 @@ def home(request: HttpRequest) -> HttpResponse:
     may_view = has_role(request.user, VIEWER)
     snapshot = sampling.latest() if may_view else None
     sample = sampling.public(snapshot.data) if snapshot is not None else None
+    broker = broker_reachability()
     return render(
         request,
         "webui/home.html",
         {
-            "broker": broker_reachability(),
+            "broker": broker,
+            "bootstrap_servers": len(broker["bootstrap"].split(",")),
             "may_view": may_view,
             "sample": sample,
             "dashboard_config": {

@@ -13,6 +13,15 @@
 
   const window_ = config.window_seconds;
   const lines = {
+    replication: new LineChart(document.getElementById("chart-replication"), {
+      windowSeconds: window_,
+      series: [
+        { key: "under_replicated_partitions", label: "under-repl.", color: COLORS.amber },
+        { key: "offline_partitions", label: "offline", color: COLORS.red },
+        { key: "isr_shrinks_per_second", label: "shrinks/s", color: COLORS.grey },
+        { key: "isr_expands_per_second", label: "expands/s", color: COLORS.green },
+      ],
+    }),
     producers: new LineChart(document.getElementById("chart-producers"), {
       windowSeconds: window_,
       series: [
@@ -77,6 +86,8 @@
     for (const el of document.querySelectorAll("[data-field]")) {
       const format = FORMATS[el.dataset.format] || formatNumber;
       text(el, format(data[el.dataset.field]));
+      // Partitions short of replicas or of a leader: any at all is worth the colour.
+      if (el.hasAttribute("data-alert")) el.parentElement.classList.toggle("alert", data[el.dataset.field] > 0);
     }
   }
 
@@ -228,10 +239,11 @@
   }
 
   function show(data) {
+    // A cluster whose brokers answer only in part is "partly reachable" (the title says which not).
     const status = document.getElementById("broker-status");
-    const up = data.broker === "up";
-    text(status, up ? "reachable" : "unreachable");
-    status.className = "status status-" + (up ? "reachable" : "unreachable");
+    const state = { up: "reachable", partial: "partly reachable" }[data.broker] || "unreachable";
+    text(status, state);
+    status.className = "status status-" + (data.broker === "up" ? "reachable" : "unreachable");
     status.title = data.error || "";
     const last = document.getElementById("last-sample");
     last.dataset.takenAt = data.taken_at;

@@ -1,0 +1,55 @@
+"""A three-broker cluster as `python -m control.launch --brokers 3` starts it (DATABASE_URL
+holding the brokers' metadata too), in a real browser: the dashboard adds up every broker's
+metrics, the Brokers page lists the brokers with the controller marked, and a topic
+replicated on all three shows its replicas and ISR."""
+
+from __future__ import annotations
+
+from confluent_kafka.admin import AdminClient, NewTopic
+from console_support import log_in
+from playwright.sync_api import expect
+
+NODES = ["1", "2", "3"]
+
+
+def broker_ids(text: str | None) -> list[str]:
+    return sorted((text or "").split(", "))
+
+
+def test_brokers_page_and_a_replicated_topic(page, cluster_platform, screenshot):
+    topic = "browser-replicated"
+    admin = AdminClient({"bootstrap.servers": cluster_platform.bootstrap})
+    admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(30)
+    log_in(page, cluster_platform)
+
+    # Samples of all three endpoints: every broker answers, no partition lacks a replica.
+    expect(page.locator("#broker-status")).to_have_text("reachable")
+    expect(page.locator("#stat-under-replicated")).to_have_text("0")
+    expect(page.locator("#stat-offline")).to_have_text("0")
+    screenshot("12-cluster-dashboard")
+
+    page.get_by_role("link", name="Brokers", exact=True).click()
+    rows = page.locator("#brokers tbody tr")
+    expect(rows).to_have_count(3)
+    assert [rows.nth(i).get_attribute("data-broker-id") for i in range(3)] == NODES
+    expect(rows.locator('[data-field="status"]')).to_have_text(["alive"] * 3)
+    controller = page.locator("#controller-id").text_content()
+    expect(page.locator(".controller-tag:visible")).to_have_count(1)
+    expect(page.locator(f'tr[data-broker-id="{controller}"] .controller-tag')).to_be_visible()
+    expect(page.locator("#log-dirs tbody tr")).to_have_count(3)
+    # The page's script asks the API again every few seconds and finds the same cluster.
+    expect(page.locator("#brokers-refreshed")).to_contain_text("Updated", timeout=30_000)
+    expect(rows.locator('[data-field="status"]')).to_have_text(["alive"] * 3)
+    expect(page.locator(".controller-tag:visible")).to_have_count(1)
+    screenshot("13-cluster-brokers")
+
+    page.get_by_role("link", name="Topics", exact=True).click()
+    page.get_by_role("link", name=topic, exact=True).click()
+    partitions = page.locator("#partitions tbody tr")
+    expect(partitions).to_have_count(3)
+    for index in range(3):
+        row = partitions.nth(index)
+        assert broker_ids(row.locator(".replicas").text_content()) == NODES
+        assert broker_ids(row.locator(".isr").text_content()) == NODES
+    expect(page.locator(".isr.under-replicated")).to_have_count(0)
+    screenshot("14-cluster-replicated-topic")

@@ -1,0 +1,25 @@
+"""Throwaway databases on the tests' PostgreSQL (127.0.0.1:5432, DEVELOPERS.md)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+
+ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+@contextmanager
+def throwaway_database(prefix: str) -> Iterator[str]:
+    """The URL of a new database named `<prefix>_<random>`, dropped afterwards even while
+    something is still connected to it."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"postgresql://postgres@127.0.0.1:5432/{name}"
+    finally:
+        with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
