@@ -1,5 +1,5 @@
 """python -m bench [--only fjord|tansu] [--quick]
-[--groups | --no-groups | --transactions | --fetch-sessions | --client | --pipelines]
+[--groups | --no-groups | --transactions | --fetch-sessions | --client | --pipelines | --cluster]
 [--no-transactions] [--no-fetch-sessions] [--no-client] [--no-pipelines]
 
 Starts each broker in turn on this machine, drives both with the same rdkafka_performance
@@ -11,6 +11,9 @@ sessions (Fjord only: full against incremental fetches of 10 to 10,000 idle part
 writes latest-fetch_sessions.md; then the client library against aiokafka, kafka-python and
 confluent-kafka on one Fjord broker, and writes latest-client.md; then an exactly-once Spark
 pipeline against a confluent-kafka transactional copy loop, and writes latest-pipelines.md.
+Only with --cluster, and alone (it needs PostgreSQL at 127.0.0.1:5432 and takes minutes):
+cluster mode, acks=all produce on three brokers with replication factor 3 against acks=1 on
+one, and failover times after a leader's SIGKILL or controlled shutdown; latest-cluster.md.
 Exit code 1 when a broker that ran failed, 2 when --only names one that cannot run here.
 """
 
@@ -22,6 +25,7 @@ import platform
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import confluent_kafka
@@ -30,6 +34,7 @@ from bench import (
     brokers,
     build,
     client,
+    cluster,
     fetch_sessions,
     groups,
     loadgen,
@@ -53,6 +58,9 @@ def main() -> int:
     )
     part.add_argument("--client", action="store_true", help="only the client library part")
     part.add_argument("--pipelines", action="store_true", help="only the Spark pipelines part")
+    part.add_argument(
+        "--cluster", action="store_true", help="only the cluster part (not run by default)"
+    )
     parser.add_argument("--no-client", action="store_true", help="skip the client library part")
     parser.add_argument("--no-pipelines", action="store_true", help="skip the pipelines part")
     parser.add_argument("--no-transactions", action="store_true", help="skip transactions")
@@ -70,6 +78,8 @@ def main() -> int:
         return _client(args)
     if args.pipelines:
         return _pipelines(args)
+    if args.cluster:
+        return _cluster(args)
     code = 0 if args.groups else _throughput(args)
     if code == 2:
         return code
@@ -162,10 +172,24 @@ def _pipelines(args: argparse.Namespace) -> int:
     return _fjord_part(args, "pipelines", "pipelines", pipelines, only=args.pipelines)
 
 
-def _fjord_part(args: argparse.Namespace, title: str, key: str, part, *, only: bool) -> int:
+def _cluster(args: argparse.Namespace) -> int:
+    return _fjord_part(
+        args, "cluster", "cluster", cluster, only=True, unavailable=cluster.unavailable
+    )
+
+
+def _fjord_part(
+    args: argparse.Namespace,
+    title: str,
+    key: str,
+    part,
+    *,
+    only: bool,
+    unavailable: Callable[[], str | None] = brokers.FJORD.unavailable,
+) -> int:
     """A benchmark part measured on Fjord alone (`part` has REFERENCE_NOTE, QUICK, FULL, run
     and markdown); its results go to bench/results/latest-<key>.md."""
-    reason = brokers.FJORD.unavailable()
+    reason = unavailable()
     if reason:
         print(f"== {title}: skipped, {reason}", flush=True)
         return 2 if args.only or only else 0

@@ -190,7 +190,12 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 def create_topics(
-    broker: Broker, partitions: int, names: list[str], *, timeout: float = 30
+    broker: Broker,
+    partitions: int,
+    names: list[str],
+    *,
+    replication_factor: int = 1,
+    timeout: float = 30,
 ) -> None:
     """`timeout` (seconds) bounds the CreateTopics request, which Fjord answers once every
     partition's log exists, and the metadata request that checks the result."""
@@ -198,7 +203,8 @@ def create_topics(
     admin = AdminClient({"bootstrap.servers": broker.bootstrap, "logger": client_log.logger})
     try:
         futures = admin.create_topics(
-            [NewTopic(name, partitions, 1) for name in names], request_timeout=timeout
+            [NewTopic(name, partitions, replication_factor) for name in names],
+            request_timeout=timeout,
         )
         for future in futures.values():
             future.result()

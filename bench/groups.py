@@ -265,7 +265,7 @@ def join_while_consuming(broker: Broker, protocol: dict[str, str], plan: GroupPl
                 "window_s": end - start,
                 "produced": producer.produced - produced_before,
                 "consumed_by_untouched": sum(m.consumed for m in untouched) - consumed_before,
-                "longest_pause_s": max(_longest_pause(m.receipts, start, end) for m in untouched),
+                "longest_pause_s": max(longest_pause(m.receipts, start, end) for m in untouched),
                 "described": group.described_state(),
             }
     finally:
@@ -274,8 +274,9 @@ def join_while_consuming(broker: Broker, protocol: dict[str, str], plan: GroupPl
             producer.join(30)
 
 
-def _longest_pause(receipts: list[float], start: float, end: float) -> float:
-    """The longest stretch of [start, end] without records for one member."""
+def longest_pause(receipts: list[float], start: float, end: float) -> float:
+    """The longest stretch of [start, end] without a receipt (of records by a member, of
+    acknowledgements for a partition)."""
     times = [start, *(t for t in receipts if start < t < end), end]
     return max(later - earlier for earlier, later in itertools.pairwise(times))
 

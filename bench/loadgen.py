@@ -56,8 +56,13 @@ class LoadGenerator:
     bootstrap: str
     timeout_s: float
 
-    def produce(self, topic: str, size: int, count: int) -> Throughput:
-        output = self._run(["-P", "-t", topic, "-s", str(size), "-c", str(count)], PRODUCER_CONFIG)
+    def produce(
+        self, topic: str, size: int, count: int, acks: str = PRODUCER_CONFIG["acks"]
+    ) -> Throughput:
+        output = self._run(
+            ["-P", "-t", topic, "-s", str(size), "-c", str(count)],
+            {**PRODUCER_CONFIG, "acks": acks},
+        )
         match = _last(PRODUCED, output)
         if int(match["delivered"]) != count or int(match["failed"]):
             raise LoadError(f"{match['delivered']} of {count} delivered, {match['failed']} failed")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.brokers import Broker, BrokerError, BrokerKind, create_topics, running
-from bench.loadgen import LoadError, LoadGenerator, Throughput
+from bench.loadgen import PRODUCER_CONFIG, LoadError, LoadGenerator, Throughput
 
 KB = 1024
 TOPIC = "bench"
@@ -96,7 +96,7 @@ def measure(kind: BrokerKind, binary: Path, workload: Workload) -> dict:
             for key in keys:
                 errors.setdefault(key, f"{name}: {error}")
             return None
-        print(_describe(outcome), flush=True)
+        print(describe(outcome), flush=True)
         return outcome
 
     produce_1kb = ["produce_1kb_mb_s", "produce_1kb_records_s"]
@@ -156,14 +156,32 @@ def _session(
 ) -> Iterator[tuple[Broker, LoadGenerator]]:
     """A fresh broker with the bench topic, warmed up by a produce and a consume."""
     with running(kind) as broker:
-        generator = LoadGenerator(binary, broker.bootstrap, workload.timeout_s)
-        try:
-            create_topics(broker, workload.partitions, [WARMUP_TOPIC, TOPIC])
-            generator.produce(WARMUP_TOPIC, KB, workload.warmup_records)
-            generator.consume(WARMUP_TOPIC, workload.partitions, workload.warmup_records)
-        except LoadError as error:
-            raise BrokerError(f"warm-up failed: {error}\n{broker.log_tail()}") from error
-        yield broker, generator
+        yield broker, warmed_up(broker, binary, workload)
+
+
+def warmed_up(
+    broker: Broker,
+    binary: Path,
+    workload: Workload,
+    *,
+    replication_factor: int = 1,
+    acks: str = PRODUCER_CONFIG["acks"],
+) -> LoadGenerator:
+    """A load generator for `broker`, whose bench topics are created and warmed up by a
+    produce (with `acks`) and a consume."""
+    generator = LoadGenerator(binary, broker.bootstrap, workload.timeout_s)
+    try:
+        create_topics(
+            broker,
+            workload.partitions,
+            [WARMUP_TOPIC, TOPIC],
+            replication_factor=replication_factor,
+        )
+        generator.produce(WARMUP_TOPIC, KB, workload.warmup_records, acks)
+        generator.consume(WARMUP_TOPIC, workload.partitions, workload.warmup_records)
+    except LoadError as error:
+        raise BrokerError(f"warm-up failed: {error}\n{broker.log_tail()}") from error
+    return generator
 
 
 def _add(samples: dict[str, list[float]], prefix: str, result: Throughput) -> None:
@@ -190,7 +208,7 @@ def _percentile(ordered: list[int], percent: float) -> float:
     return ordered[max(1, math.ceil(len(ordered) * percent / 100)) - 1]
 
 
-def _describe(outcome: object) -> str:
+def describe(outcome: object) -> str:
     if isinstance(outcome, Throughput):
         return (
             f"{outcome.mb_per_s:,.1f} MB/s, {outcome.records_per_s:,.0f} records/s "
