@@ -222,6 +222,10 @@ class ClusterRuntime:
         if configs_changed:
             rm.reconfigure([topic])
         led, followed, removed = rm.apply_registrations(topic, _now_ms())
+        # Before anything awaits: a fetch from the former leader still out must not append
+        # to a log this broker now leads.
+        for partition in led:
+            self.fetchers.unfollow(partition.tp)
         if topic.internal:
             broker.follow_coordinator_leadership()
         for partition in removed:
@@ -229,7 +233,6 @@ class ClusterRuntime:
             log.info("%s-%d: no longer a replica here, deleting it", *partition.tp)
             await broker.run_blocking(broker.log_manager.delete, *partition.tp)
         for partition in led:
-            self.fetchers.unfollow(partition.tp)
             log.info(
                 "%s-%d: leader at epoch %d, ISR %s",
                 *partition.tp,

@@ -133,8 +133,8 @@ class ReplicaFetcher:
             for p in t.partitions:
                 partition = self.partitions.get((topic, p.partition_index))
                 target = data.session.get(TopicPartition(topic, p.partition_index))
-                if partition is None or target is None:
-                    continue
+                if partition is None or target is None or partition.is_leader:
+                    continue  # no longer fetched from here (led here now, or gone)
                 if partition.log.log_end_offset != target.fetch_offset:
                     continue  # truncated or restarted while the fetch was out
                 back_off = max(back_off, await self._handle_partition(partition, p))
