@@ -89,6 +89,7 @@ class ClusterRuntime:
             self.store.register_broker, registration, self.config["broker.session.timeout.ms"]
         )
         log.info("registered as broker %d, epoch %d", self.broker.node_id, self.broker_epoch)
+        self.broker.replica_manager.broker_epoch = self.broker_epoch
         self.broker.replica_manager.on_isr_change = self._schedule_isr_change
         await self.catch_up(everything=True)
         self._tasks = [
@@ -163,11 +164,12 @@ class ClusterRuntime:
     async def _apply(self, entity: str, key: str) -> None:
         broker, store = self.broker, self.store
         if entity == "all":
+            # Brokers first: whether this one is fenced decides whether it may lead.
+            for other in ("brokers", "controller", "acls", "scram", "quotas", "broker_configs"):
+                await self._apply(other, "")
             stored = await self.meta(store.load, broker.image.cluster_id)
             for name in {t.name for t in broker.image.topics()} | {t.name for t in stored.topics()}:
                 await self._apply_topic(name)
-            for other in ("brokers", "controller", "acls", "scram", "quotas", "broker_configs"):
-                await self._apply(other, "")
             await self._apply("features", "")
             await self._apply("group_configs", "")
         elif entity == "topic":

@@ -16,13 +16,13 @@ import asyncio
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kio.schema.errors import ErrorCode
 
 from broker.config import BrokerConfig
 from broker.fetch_session import FetchSessionCache
-from broker.metadata.cluster import PartitionRegistration
+from broker.metadata.cluster import NO_LEADER, PartitionRegistration
 from broker.metadata.image import MetadataImage, TopicMetadata
 from broker.replication.partition import Partition
 from broker.storage import AppendResult, Log, LogConfig, LogManager
@@ -82,6 +82,7 @@ class ReplicaManager:
         self.image = image
         self.fetch_sessions = fetch_sessions
         self.node_id = config.node_id
+        self.broker_epoch: int | None = None  # this process' registration, in a cluster
         # In a cluster the high watermark waits for the ISR; alone, every write is committed.
         self.clustered = not image.single_node
         self.partitions: dict[TopicPartition, Partition] = {}
@@ -169,8 +170,14 @@ class ReplicaManager:
         this broker now leads afresh, those it now follows (new leader or new epoch), and
         those it no longer hosts (a reassignment moved them away: the caller deletes them)."""
         led, followed, removed = [], [], []
+        may_lead = self._may_lead()
         for index, reg in self.image_registrations(topic).items():
             tp = (topic.name, index)
+            if reg.leader == self.node_id and not may_lead:
+                # Named leader by a registration from before this broker was fenced (or
+                # restarted): it leads nothing until the controller says so again, lest
+                # followers with more data truncate to what survived here.
+                reg = replace(reg, leader=NO_LEADER)
             if self.node_id not in reg.replicas:
                 gone = self.partitions.pop(tp, None)
                 if gone is not None:
@@ -203,6 +210,15 @@ class ReplicaManager:
                 self.maybe_increment_high_watermark(partition)
             self._replication_changed(tp)
         return led, followed, removed
+
+    def _may_lead(self) -> bool:
+        """Whether this broker, as registered now (this process' broker epoch), is unfenced."""
+        me = self.image.brokers.get(self.node_id)
+        return (
+            me is not None
+            and not me.fenced
+            and (self.broker_epoch is None or me.broker_epoch == self.broker_epoch)
+        )
 
     def enough_replicas(self, topic: str, index: int, min_isr: int) -> bool:
         """Whether an acks=all produce may be written: the ISR is at least min.insync.replicas

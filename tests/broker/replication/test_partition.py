@@ -5,6 +5,7 @@ opened as a replicated partition's are (the high watermark moves by replication 
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import replace
 
 import pytest
@@ -14,7 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.config import BrokerConfig
 from broker.metadata.cluster import BrokerRegistration, PartitionRegistration
-from broker.metadata.image import MetadataImage
+from broker.metadata.image import MetadataImage, TopicMetadata
 from broker.records.batch import build_batch, validate_produce_batch
 from broker.replication.partition import FollowerState, Partition
 from broker.server.replica_manager import ReplicaManager
@@ -595,3 +596,26 @@ def test_a_followers_high_watermark_is_the_leaders_within_its_log(log):
     append(log, 3, epoch=3)
     p.follower_high_watermark(8)
     assert (log.high_watermark, p.follower_lag) == (8, 0)
+
+
+def test_a_fenced_broker_named_leader_leads_nothing(tmp_path, log):
+    """A registration from before this broker was fenced (or restarted) that still names it
+    leader must not make it one: followers with more data would truncate to what survived
+    here. It leads once unfenced and named again (a new registration from the controller)."""
+    manager = replica_manager(tmp_path, leader_partition(log))
+    manager.broker_epoch = 5
+    manager.image.brokers = {NODE: BrokerRegistration(NODE, 5, fenced=True)}
+    topic = TopicMetadata("t", uuid.uuid4(), 1)
+    named = PartitionRegistration((NODE, 2), (NODE, 2), NODE, leader_epoch=3, partition_epoch=4)
+    manager.image.put(topic, {0: named})
+    manager.open_partitions(topic)
+    led, _, _ = manager.apply_registrations(topic, T0)
+    assert led == [] and not manager.partition("t", 0).is_leader
+    manager.image.brokers = {NODE: BrokerRegistration(NODE, 5)}
+    elected = replace(named, leader_epoch=4, partition_epoch=5)
+    manager.image.put(topic, {0: elected})
+    led, _, _ = manager.apply_registrations(topic, T0)
+    assert [p.tp for p in led] == [("t", 0)] and manager.partition("t", 0).is_leader
+    # An unfenced registration of an earlier process of this broker is not this one's.
+    manager.image.brokers = {NODE: BrokerRegistration(NODE, 4)}
+    assert not manager._may_lead()
