@@ -470,6 +470,8 @@ def _added_up(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     partitions, APIs, quota entities and ips each made one row."""
     data: dict[str, Any] = {"broker": "up"}
     for field in SCALAR_FIELDS:
+        if field == "partitions_behind":
+            continue  # counted over the merged partitions, below
         values = [s[field] for s in summaries]
         if field in MAXIMUM_FIELDS:
             data[field] = max(values)

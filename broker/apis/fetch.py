@@ -24,7 +24,7 @@ their records.
 v18 adds each partition's `high_watermark`, the one the fetching replica knows (KIP-1166).
 Only Kafka's KRaft quorum reads it, to answer a follower at once when the leader's high
 watermark is ahead; a broker's fetch path ignores it, for consumers and followers alike, and so
-does this one (it has no followers).
+does this one.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ async def _full_fetch(broker, ctx: RequestContext, request, *, create_session: b
             needed=request.min_bytes - size,
             partitions=[(name, p.partition) for name, _, p in wanted],
             read_committed=read_committed,
-            replica=replica_id(request) >= 0,
+            replica=ctx.replication,
         )
         broker.replica_manager.park(waiter)
         try:
@@ -133,7 +133,7 @@ def _create_session(broker, ctx, request, wanted, reads, read_committed) -> Fetc
     cached = [_cached_partition(name, topic_id, p) for name, topic_id, p in wanted]
     session = cache.maybe_create_session(
         cache.clock_ms(),
-        replica_id(request) >= 0,  # the privileged bit: follower fetchers
+        ctx.replication,  # the privileged bit: follower fetchers
         ctx.api_version >= TOPIC_IDS_VERSION,
         cached,
     )
@@ -234,9 +234,8 @@ def _record(session: FetchSession, cached: CachedPartition, data, read_committed
 
 
 def replica_id(request) -> int:
-    """The fetching follower's id; -1 for a consumer."""
-    state = getattr(request, "replica_state", None)  # v15+
-    return state.replica_id if state is not None else getattr(request, "replica_id", -1)
+    """The fetching follower's id; -1 for a consumer (what RequestContext.replication says)."""
+    return _replica(request)[0]
 
 
 def _cached_partition(name, topic_id, p) -> CachedPartition:
@@ -379,17 +378,17 @@ def _diverging_epoch(ctx: RequestContext, log, p):
 
 def _replica(request) -> tuple[int, int]:
     """The fetching follower's id and broker epoch (-1 before v15, which does not send it)."""
-    state = getattr(request, "replica_state", None)
+    state = getattr(request, "replica_state", None)  # v15+
     if state is not None:
         return state.replica_id, state.replica_epoch
-    return request.replica_id, -1
+    return getattr(request, "replica_id", -1), -1
 
 
 def readable_topics(broker, ctx: RequestContext, request, names: set) -> set:
     """Consumers need READ on each topic, followers CLUSTER_ACTION on the cluster. Checked on
     every request, so a session's partitions lose access as soon as an ACL goes."""
     names.discard(None)
-    if replica_id(request) >= 0:
+    if ctx.replication:
         return names if authorize_cluster(broker, ctx, AclOperation.CLUSTER_ACTION) else set()
     return filter_authorized(broker, ctx, AclOperation.READ, ResourceType.TOPIC, names)
 

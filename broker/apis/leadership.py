@@ -30,7 +30,7 @@ def _not_controller(broker) -> bool:
 
 
 def _usable(broker) -> set[int]:
-    return set(broker.usable_brokers())
+    return broker.image.usable_brokers()
 
 
 def _partition_error(broker, topic: str, partition: int) -> tuple[ErrorCode, str | None]:
@@ -181,7 +181,7 @@ def _reassignment_error(
     reg = broker.image.partition(topic, partition)
     if replicas is None:  # a cancellation
         if reg.adding_replicas or reg.removing_replicas:
-            reverted = cancel_reassignment(reg, set(broker.usable_brokers()))
+            reverted = cancel_reassignment(reg, _usable(broker))
             if reverted is None:
                 return (
                     ErrorCode.invalid_replica_assignment,

@@ -55,7 +55,8 @@ def handle_produce(broker, ctx: RequestContext, request, checked=None) -> object
     any_error = False
     to_flush: list = []  # logs whose flush.messages was reached by this request
     names = _topic_names(broker, ctx, request)
-    if _has_transactional_records(request) and not (
+    transactional = _has_transactional_records(request)
+    if transactional and not (
         request.transactional_id is not None
         and broker.authorize(
             ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
@@ -70,7 +71,7 @@ def handle_produce(broker, ctx: RequestContext, request, checked=None) -> object
     if (
         checked is None
         and writable
-        and _has_transactional_records(request)
+        and transactional
         and coordinated_elsewhere(broker, request, ctx.api_version)
     ):
         return _checked_by_coordinator(broker, ctx, request, names)
@@ -130,26 +131,21 @@ async def _replicated(broker, ctx: RequestContext, request, results, to_flush) -
     rm = broker.replica_manager
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.timeout.total_seconds()
-    waits = []
+    slots, waits = [], []  # (a topic's results, the index there), its wait
     for name, _, partitions in results:
         meta = broker.image.topic(name) if name is not None else None
+        if meta is None:
+            continue
+        min_isr = rm.topic_config_value(meta, "min.insync.replicas")
         for i, (index, result) in enumerate(partitions):
-            if result.end_offset >= 0 and meta is not None:
-                min_isr = rm.topic_config_value(meta, "min.insync.replicas")
+            if result.end_offset >= 0:
+                slots.append((partitions, i))
                 waits.append(
-                    (
-                        partitions,
-                        i,
-                        rm.wait_for_replication(
-                            (name, index), result.end_offset, min_isr, deadline
-                        ),
-                    )
+                    rm.wait_for_replication((name, index), result.end_offset, min_isr, deadline)
                 )
-    outcomes = await asyncio.gather(*(w for _, _, w in waits))
-    for (partitions, i, _), code in zip(waits, outcomes, strict=True):
-        index, result = partitions[i]
+    for (partitions, i), code in zip(slots, await asyncio.gather(*waits), strict=True):
         if code != ErrorCode.none:
-            partitions[i] = (index, PartitionResult(code))
+            partitions[i] = (partitions[i][0], PartitionResult(code))
     return _produce_response(ctx, results)
 
 

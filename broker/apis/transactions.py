@@ -22,6 +22,7 @@ from broker.coordinator.transaction_coordinator import EndTxnResponse
 from broker.coordinator.transaction_records import TransactionState
 from broker.regex import InvalidRegex, compile_regex
 from broker.security.operations import AclOperation, ResourceType
+from broker.server.coordinator_log import replicated_markers
 from broker.server.transaction_verification import (
     INTER_BROKER_VERSIONS,
     UNVERIFIED,
@@ -29,7 +30,6 @@ from broker.server.transaction_verification import (
     check_here,
     check_with_coordinator,
 )
-from broker.server.txn_marker_channel import replicated_markers
 from broker.storage.producer_state import ProducerStateError
 
 OFFSETS_TOPIC = "__consumer_offsets"

@@ -90,8 +90,11 @@ class Session:
         self.connection = connection
         self.broker_versions = broker_versions
 
-    def version(self, api_key: int) -> int:
-        ours = client_versions(api_key)
+    def version(self, api_key: int, ours: range | None = None) -> int:
+        """The newest version of `api_key` both the broker and `ours` (by default every
+        version this client speaks) have; UNSUPPORTED_VERSION (KafkaAdminError) when none."""
+        if ours is None:
+            ours = client_versions(api_key)
         theirs = self.broker_versions.get(api_key)
         common = range(max(ours.start, theirs.start), min(ours.stop, theirs.stop)) if theirs else ()
         if not common:

@@ -21,7 +21,7 @@ PartitionChange = tuple[str, int, int, PartitionRegistration]  # topic, index, e
 
 def partition_changes(image: MetadataImage) -> Iterator[PartitionChange]:
     """The changes that bring every partition in line with which brokers are usable."""
-    usable = {n for n, b in image.brokers.items() if b.usable}
+    usable = image.usable_brokers()
     for topic in image.topics():
         for index, reg in image.registrations(topic.name).items():
             new = changed_registration(reg, usable)
@@ -46,7 +46,7 @@ def preferred_leader_changes(
 ) -> list[PartitionChange]:
     """Leadership back to each partition's preferred replica where it is usable and in sync
     (auto.leader.rebalance.enable); partitions in `exclude` are already being changed."""
-    usable = {n for n, b in image.brokers.items() if b.usable}
+    usable = image.usable_brokers()
     changing = {(t, i) for t, i, _, _ in exclude}
     return [
         (topic.name, index, reg.partition_epoch, reg.with_leader(reg.preferred_leader, reg.isr))
@@ -122,7 +122,7 @@ def _with_replicas(
 def reassignment_changes(image: MetadataImage) -> list[PartitionChange]:
     """Reassignments whose target replicas are all in sync (Kafka's completion rule): the
     old replicas leave."""
-    usable = {n for n, b in image.brokers.items() if b.usable}
+    usable = image.usable_brokers()
     changes = []
     for topic in image.topics():
         for index, reg in image.registrations(topic.name).items():

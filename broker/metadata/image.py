@@ -54,7 +54,6 @@ class MetadataImage:
         self._registrations: dict[str, dict[int, PartitionRegistration]] = {}
         self.brokers: dict[int, BrokerRegistration] = {}
         self.controller_id = -1
-        self.controller_epoch = 0
         self._single: PartitionRegistration | None = None
         for topic in topics or []:
             self.put(topic)
@@ -72,6 +71,10 @@ class MetadataImage:
     def partition_single(self) -> PartitionRegistration | None:
         """Every partition's registration on a single broker (None in a cluster)."""
         return self._single
+
+    def usable_brokers(self) -> set[int]:
+        """Brokers that may lead and be elected: unfenced, not shutting down."""
+        return {n for n, b in self.brokers.items() if b.usable}
 
     def put(
         self, topic: TopicMetadata, registrations: dict[int, PartitionRegistration] | None = None

@@ -24,6 +24,7 @@ from broker.metadata.store import (
     client_quota_rows,
     client_quotas_of,
     new_cluster_id,
+    scram_rows,
 )
 from broker.quota.client_quotas import ClientQuotaEntity
 from broker.security.acl import AclBinding
@@ -470,10 +471,7 @@ class PostgresMetadataStore:
                 "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (user_name, mechanism) DO UPDATE "
                 "SET salt = excluded.salt, stored_key = excluded.stored_key, "
                 "server_key = excluded.server_key, iterations = excluded.iterations",
-                [
-                    (user, mech, c.salt, c.stored_key, c.server_key, c.iterations)
-                    for (user, mech), c in upsertions.items()
-                ],
+                scram_rows(upsertions),
             )
             if changed or upsertions:
                 self._record(cur, [("scram", "")])
@@ -642,26 +640,15 @@ class PostgresMetadataStore:
         (or never did)."""
         with self._transaction() as cur:
             self._hold_liveness_lock(cur, node_id)
-        return self._extend_lease(
-            "fjord_meta_brokers",
-            "node_id",
-            "broker_epoch",
-            node_id,
-            broker_epoch,
-            session_timeout_ms,
-        )
-
-    def _extend_lease(
-        self, table: str, id_column: str, epoch_column: str, id_: int, epoch: int, lease_ms: int
-    ) -> bool:
-        """Extend the lease of `table`'s row held by (id_, epoch); whether it still is."""
-        with self._transaction() as cur:
-            cur.execute(
-                f"UPDATE {table} SET lease_expires = {_LEASE_END} "
-                f"WHERE {id_column} = %s AND {epoch_column} = %s",
-                (lease_ms, id_, epoch),
+            return _extend_lease(
+                cur,
+                "fjord_meta_brokers",
+                "node_id",
+                "broker_epoch",
+                node_id,
+                broker_epoch,
+                session_timeout_ms,
             )
-            return cur.rowcount == 1
 
     def begin_controlled_shutdown(self, node_id: int, broker_epoch: int) -> bool:
         with self._transaction() as cur:
@@ -717,14 +704,16 @@ class PostgresMetadataStore:
     def renew_controller(self, node_id: int, controller_epoch: int, lease_ms: int) -> bool:
         """Extend the lease if it is still this claim's. An expired lease no one has claimed
         since is extended too: the epoch, not the clock, tells whether it changed hands."""
-        return self._extend_lease(
-            "fjord_meta_controller",
-            "controller_id",
-            "controller_epoch",
-            node_id,
-            controller_epoch,
-            lease_ms,
-        )
+        with self._transaction() as cur:
+            return _extend_lease(
+                cur,
+                "fjord_meta_controller",
+                "controller_id",
+                "controller_epoch",
+                node_id,
+                controller_epoch,
+                lease_ms,
+            )
 
     def resign_controller(self, node_id: int, controller_epoch: int) -> None:
         with self._transaction() as cur:
@@ -880,3 +869,21 @@ def _registrations(rows: Iterable[tuple]) -> dict[int, PartitionRegistration]:
     """By partition, from (partition, registration columns...) rows; a LEFT JOIN's row of
     nulls (a topic without registrations) gives none."""
     return {row[0]: _registration(row[1:]) for row in rows if row[0] is not None}
+
+
+def _extend_lease(
+    cur: psycopg.Cursor,
+    table: str,
+    id_column: str,
+    epoch_column: str,
+    id_: int,
+    epoch: int,
+    lease_ms: int,
+) -> bool:
+    """Extend the lease of `table`'s row held by (id_, epoch); whether it still is."""
+    cur.execute(
+        f"UPDATE {table} SET lease_expires = {_LEASE_END} "
+        f"WHERE {id_column} = %s AND {epoch_column} = %s",
+        (lease_ms, id_, epoch),
+    )
+    return cur.rowcount == 1

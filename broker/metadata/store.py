@@ -294,10 +294,7 @@ class SqliteMetadataStore:
                 "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(user, mechanism) DO UPDATE SET "
                 "salt = excluded.salt, stored_key = excluded.stored_key, "
                 "server_key = excluded.server_key, iterations = excluded.iterations",
-                [
-                    (user, mech, c.salt, c.stored_key, c.server_key, c.iterations)
-                    for (user, mech), c in upsertions.items()
-                ],
+                scram_rows(upsertions),
             )
 
     def finalized_features(self, defaults: dict[str, int]) -> tuple[dict[str, int], int]:
@@ -347,6 +344,14 @@ class SqliteMetadataStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def scram_rows(upsertions: dict[tuple[str, str], ScramCredential]) -> list[tuple]:
+    """(user, mechanism, salt, stored key, server key, iterations) rows to upsert."""
+    return [
+        (user, mech, c.salt, c.stored_key, c.server_key, c.iterations)
+        for (user, mech), c in upsertions.items()
+    ]
 
 
 def client_quotas_of(rows) -> dict[ClientQuotaEntity, dict[str, float]]:

@@ -80,7 +80,7 @@ class Partition:
             old.leader != self.node_id or old.leader_epoch != registration.leader_epoch
         )
         if became_leader:
-            self._become_leader(now_ms)
+            self.become_leader(now_ms)
         elif registration.leader != self.node_id:
             self.followers.clear()
         elif registration.replicas != old.replicas:
@@ -93,7 +93,7 @@ class Partition:
             }
         return became_leader
 
-    def _become_leader(self, now_ms: int) -> None:
+    def become_leader(self, now_ms: int) -> None:
         # Kafka's makeLeader: the new epoch starts at our log end; followers start unknown
         # and, if in the ISR, count as caught up now so the lag clock starts fresh.
         self.log.assign_epoch_start_offset(self.leader_epoch)
@@ -109,6 +109,7 @@ class Partition:
 
     @property
     def maximal_isr(self) -> set[int]:
+        """The ISR the HW counts: the committed one, with a pending change's members too."""
         isr = set(self.registration.isr)
         if self.pending_isr is not None:
             isr |= set(self.pending_isr)

@@ -181,14 +181,14 @@ class Broker:
             GroupCoordinatorConfig.from_broker(self.config), self.image, self.group_configs
         )
         self.coordinator_runtime = CoordinatorRuntime(self, self.group_coordinator)
-        replayed = self.coordinator_runtime.load()
+        replayed = self.coordinator_runtime.partitions.follow_leadership()
         log.info("group coordinator loaded %d record(s) from __consumer_offsets", replayed)
         self.transaction_coordinator = TransactionCoordinator(
             TransactionCoordinatorConfig.from_broker(self.config)
         )
         self.transaction_runtime = TransactionRuntime(self, self.transaction_coordinator)
         self.metrics.add_transaction_gauges(self.transaction_coordinator)
-        replayed = self.transaction_runtime.load()
+        replayed = self.transaction_runtime.partitions.follow_leadership()
         log.info("transaction coordinator loaded %d record(s) from __transaction_state", replayed)
 
         loop = asyncio.get_running_loop()
@@ -340,9 +340,8 @@ class Broker:
         """Logs of topics the store no longer knows (a delete interrupted by a crash), and in
         a cluster of partitions whose replicas no longer include this broker (moved away)."""
         for (topic, partition), _ in list(self.log_manager.logs()):
-            meta = self.image.topic(topic)
-            reg = self.image.partition(topic, partition)
-            if meta is None or reg is None or self.node_id not in reg.replicas:
+            reg = self.image.partition(topic, partition)  # None: no such topic or partition
+            if reg is None or self.node_id not in reg.replicas:
                 log.warning("deleting stray log %s-%d", topic, partition)
                 self.log_manager.delete(topic, partition)
 
@@ -472,7 +471,7 @@ class Broker:
     # -- state changes (serialized; durable in the store before they become visible) ---------
 
     def usable_brokers(self) -> list[int]:
-        return sorted(n for n, b in self.image.brokers.items() if b.usable)
+        return sorted(self.image.usable_brokers())
 
     @_completes_when_cancelled
     async def create_topic(

@@ -77,7 +77,7 @@ class ClusterRuntime:
         for topic in image.topics():
             image.put(topic, registrations.get(topic.name, {}))
         image.brokers = await self.meta(self.store.brokers)
-        image.controller_id, image.controller_epoch = await self.meta(self.store.controller)
+        image.controller_id, _ = await self.meta(self.store.controller)
 
     async def start(self) -> None:
         """After the listeners are bound: register, take up the partitions, start the loops."""
@@ -177,9 +177,7 @@ class ClusterRuntime:
         elif entity == "brokers":
             broker.image.brokers = await self.meta(store.brokers)
         elif entity == "controller":
-            broker.image.controller_id, broker.image.controller_epoch = await self.meta(
-                store.controller
-            )
+            broker.image.controller_id, _ = await self.meta(store.controller)
         elif entity == "acls":
             if broker.authorizer is not None:
                 broker.authorizer = StandardAuthorizer(
@@ -241,7 +239,6 @@ class ClusterRuntime:
                 partition.leader_epoch,
                 partition.registration.isr,
             )
-            rm.maybe_increment_high_watermark(partition)
         for partition in followed:
             self.fetchers.follow(partition)
         if current is None or current.partitions != topic.partitions:
@@ -292,8 +289,9 @@ class ClusterRuntime:
                     if self.controller_epoch is not None:
                         log.info("became the controller (epoch %d)", self.controller_epoch)
                         renewed_at = loop.time()
-                        self._next_rebalance = 0.0
-                        self._rebalance_due()  # the first check one interval from now
+                        self._next_rebalance = (
+                            loop.time() + self.config["leader.imbalance.check.interval.seconds"]
+                        )
                         self._decisions_due = True
                 elif loop.time() - renewed_at >= renew_every:
                     if await self.meta(
@@ -349,14 +347,18 @@ class ClusterRuntime:
             # Only after a change: partitions are many, and nothing else moves them.
             self._decisions_due = False
             await self._change_partitions(rebalance)
+        renewed = await self.meta(store.renewed_brokers)
+        if not renewed:
+            return  # the usual case: nothing to look up across every partition
+        image = self.broker.image
         in_isr = {
             r
-            for t in self.broker.image.topics()
-            for reg in self.broker.image.registrations(t.name).values()
+            for t in image.topics()
+            for reg in image.registrations(t.name).values()
             if len(reg.isr) > 1
             for r in reg.isr
         }
-        for node_id, epoch in await self.meta(store.renewed_brokers):
+        for node_id, epoch in renewed:
             if node_id not in in_isr:
                 await self.meta(store.set_broker_fenced, controller, node_id, epoch, False)
 
@@ -387,7 +389,7 @@ class ClusterRuntime:
         expected = partition.registration.partition_epoch
         rm = self.broker.replica_manager
         try:
-            applied, current = await self.meta(
+            applied, _ = await self.meta(
                 self.store.alter_partition, partition.topic, partition.index, expected, new
             )
         except MetadataStoreUnavailable as e:

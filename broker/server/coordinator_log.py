@@ -119,6 +119,21 @@ async def replicated(broker, topic: str, partition: int, timeout_ms: int) -> Err
     )
 
 
+async def replicated_markers(
+    broker, written: list[tuple[tuple[str, int], ErrorCode]]
+) -> list[ErrorCode]:
+    """The outcome of each marker written (and its error) once the ISR has it: a marker's
+    partition answers as an acks=all produce does (Kafka appends markers with acks=all)."""
+    timeout_ms = broker.config["request.timeout.ms"]
+
+    async def outcome(tp: tuple[str, int], code: ErrorCode) -> ErrorCode:
+        if code is not ErrorCode.none:
+            return code
+        return await replicated(broker, *tp, timeout_ms)
+
+    return list(await asyncio.gather(*(outcome(tp, code) for tp, code in written)))
+
+
 class CoordinatorPartitions:
     """The partitions of one coordinator's internal topic that this broker leads, loaded into
     the coordinator: `load(partition)` replays one and returns the records replayed,
@@ -177,6 +192,12 @@ class CoordinatorPartitions:
         if self.broker.cluster is None or self.partition_for(key) in self.loaded:
             return ErrorCode.none
         return ErrorCode.not_coordinator
+
+    def leader(self, key: str) -> int:
+        """The broker leading the key's partition of the topic, as the metadata says; -1
+        while it has none, or the topic does not exist yet."""
+        registration = self.broker.image.partition(self.topic, self.partition_for(key))
+        return -1 if registration is None else registration.leader
 
     def check(self, key: str) -> int:
         """The key's partition; raises CoordinatorError when it is not led here."""

@@ -58,11 +58,6 @@ class CoordinatorRuntime:
 
     # -- loading -------------------------------------------------------------------------------
 
-    def load(self) -> int:
-        """At start-up: replay the partitions of `__consumer_offsets` led here (a single broker
-        leads them all); returns the records replayed."""
-        return self.partitions.follow_leadership()
-
     def _load(self, partition: int) -> int:
         replayed = self._replay_log(partition, self._log(partition))
         self.coordinator.on_loaded(_now_ms(), partition)

@@ -4,9 +4,12 @@ listener at the endpoints they registered."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
+from broker.client.errors import KafkaAdminError
 from broker.client.session import Security, Session, open_session
 
 
@@ -22,11 +25,13 @@ async def open_inter_broker_session(broker, node_id: int, client_id: str) -> Ses
 
 
 class InterBrokerSessions:
-    """One session per broker, opened on first use and again after `drop` (a failed request)."""
+    """One session per broker, opened on first use and again after `drop` (a failed request).
+    `log` is where `send` reports the requests that failed."""
 
-    def __init__(self, broker, client_id: str) -> None:
+    def __init__(self, broker, client_id: str, log: logging.Logger) -> None:
         self.broker = broker
         self.client_id = client_id
+        self.log = log
         self._sessions: dict[int, Session] = {}
         self._opening: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
 
@@ -37,6 +42,24 @@ class InterBrokerSessions:
                 session = await open_inter_broker_session(self.broker, node_id, self.client_id)
                 self._sessions[node_id] = session
             return session
+
+    async def send(
+        self, node_id: int, send: Callable[[Session], Awaitable[Any]], what: str
+    ) -> Any | None:
+        """`send(session)` with broker `node_id`'s session, and the response; None when the
+        broker could not be reached, refused the request or did not answer within
+        request.timeout.ms (then the failure is logged, `what` naming the request, and the
+        session dropped, to be opened again on next use)."""
+        timeout_s = self.broker.config["request.timeout.ms"] / 1000
+        try:
+            return await asyncio.wait_for(self._send(node_id, send), timeout_s)
+        except (OSError, TimeoutError, KafkaAdminError) as e:
+            self.log.info("%s to broker %d failed: %s", what, node_id, e)
+            await self.drop(node_id)
+            return None
+
+    async def _send(self, node_id: int, send: Callable[[Session], Awaitable[Any]]) -> Any:
+        return await send(await self.get(node_id))
 
     async def drop(self, node_id: int) -> None:
         session = self._sessions.pop(node_id, None)

@@ -11,14 +11,14 @@ the leader's log start starts the follower's log over at that start.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from dataclasses import dataclass
 from datetime import timedelta
 
 from kio.schema.errors import ErrorCode
 
-from broker.client.consumer.fetcher import FetchSessionHandler, FetchTarget, fetch_request
+from broker.client.consumer.fetcher import FETCH, FetchSessionHandler, FetchTarget, fetch_request
 from broker.client.models import TopicPartition
 from broker.records.batch import iter_batches
 from broker.replication.partition import Partition
@@ -26,7 +26,6 @@ from broker.server.inter_broker import open_inter_broker_session
 
 log = logging.getLogger("broker.replica_fetcher")
 
-FETCH = 1
 UNKNOWN_EPOCH_RETRY_S = 0.02
 # The errors after which a partition waits for the metadata to name its leader again.
 LEADERSHIP_ERRORS = frozenset(
@@ -38,12 +37,6 @@ LEADERSHIP_ERRORS = frozenset(
         ErrorCode.unknown_topic_id,
     }
 )
-
-
-@dataclass(frozen=True)
-class ReplicaFetchTarget(FetchTarget):
-    current_leader_epoch: int = -1
-    last_fetched_epoch: int = -1
 
 
 class ReplicaFetcher:
@@ -90,13 +83,7 @@ class ReplicaFetcher:
             except Exception as e:  # a lost connection or a leader gone: try again later
                 log.info("fetching from broker %d failed: %s", self.leader_id, e)
                 await self._close()
-                self._changed.clear()
-                try:
-                    await asyncio.wait_for(
-                        self._changed.wait(), config["replica.fetch.backoff.ms"] / 1000
-                    )
-                except TimeoutError:
-                    pass
+                await self._pause(config["replica.fetch.backoff.ms"] / 1000)
         await self._close()
 
     async def _connect(self):
@@ -115,7 +102,7 @@ class ReplicaFetcher:
             meta = self.broker.image.topic(topic)
             if meta is None:
                 continue
-            wanted[TopicPartition(topic, index)] = ReplicaFetchTarget(
+            wanted[TopicPartition(topic, index)] = FetchTarget(
                 meta.topic_id,
                 partition.log.log_end_offset,
                 config["replica.fetch.max.bytes"],
@@ -139,11 +126,13 @@ class ReplicaFetcher:
                     continue  # truncated or restarted while the fetch was out
                 back_off = max(back_off, await self._handle_partition(partition, p))
         if back_off:
-            self._changed.clear()
-            try:
-                await asyncio.wait_for(self._changed.wait(), back_off)
-            except TimeoutError:
-                pass
+            await self._pause(back_off)
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait before fetching again, less if the partitions fetched change meanwhile."""
+        self._changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), seconds)
 
     async def _handle_partition(self, partition: Partition, p) -> float:
         """Apply one partition's answer; the pause it calls for, in seconds."""

@@ -143,12 +143,13 @@ class ReplicaManager:
         """Blocking (file creation): create the logs this broker hosts of `topic` that have
         none yet. A single broker then leads them all at once; in a cluster leadership comes
         with the registrations (`apply_registrations`)."""
-        config = self.log_config(topic)
+        config = None  # parsed once a log is to be made: in a cluster most calls make none
         for partition, reg in self.image_registrations(topic).items():
             if self.node_id not in reg.replicas:
                 continue
             log = self.log_manager.get(topic.name, partition)
             if log is None:
+                config = config or self.log_config(topic)
                 log = self.log_manager.create(topic.name, partition, config)
             if not self.clustered and (topic.name, partition) not in self.partitions:
                 self.partitions[(topic.name, partition)] = Partition(
@@ -192,7 +193,8 @@ class ReplicaManager:
                 partition = Partition(topic.name, index, log, self.node_id, reg)
                 self.partitions[tp] = partition
                 if reg.leader == self.node_id:
-                    partition._become_leader(now_ms)
+                    partition.become_leader(now_ms)
+                    self.maybe_increment_high_watermark(partition)
                     led.append(partition)
                 else:
                     followed.append(partition)

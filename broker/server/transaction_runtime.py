@@ -54,7 +54,7 @@ class TransactionRuntime:
         self.coordinator = coordinator
         # To the other brokers: WriteTxnMarkers, and AddPartitionsToTxn to verify a
         # transaction with its coordinator (transaction_verification.py).
-        self.sessions = InterBrokerSessions(broker, "fjord-transactions")
+        self.sessions = InterBrokerSessions(broker, "fjord-transactions", log)
         self.markers = TxnMarkerChannel(broker, self)
         self.partitions = CoordinatorPartitions(
             broker,
@@ -66,11 +66,6 @@ class TransactionRuntime:
         )
 
     # -- loading -------------------------------------------------------------------------------
-
-    def load(self) -> int:
-        """At start-up: load the partitions of `__transaction_state` led here (a single broker
-        leads them all); returns the records replayed."""
-        return self.partitions.follow_leadership()
 
     def _load(self, partition: int) -> int:
         """Replay one partition, then finish the transactions a crash or a failover left

@@ -6,19 +6,13 @@ this broker coordinates the id, else with AddPartitionsToTxn v4+ to the broker t
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from broker.client.errors import KafkaAdminError
-from broker.client.session import entity
-from broker.coordinator.transaction_records import TRANSACTION_STATE_TOPIC
+from broker.client.session import Session, entity
 from broker.server.coordinator_log import CoordinatorError
 from broker.server.inter_broker import by_topic
-
-log = logging.getLogger("broker.coordinator.transactions")
 
 ADD_PARTITIONS_TO_TXN = 24
 # The inter-broker versions: batched by transactional id, with verify_only. v5 knows
@@ -83,19 +77,14 @@ async def check_here(broker, check: TransactionCheck) -> dict[TopicPartition, Er
 
 async def ask_coordinator(broker, check: TransactionCheck) -> dict[TopicPartition, ErrorCode]:
     """The answer of the coordinator on another broker, with AddPartitionsToTxn v4+."""
-    partition = broker.transaction_coordinator.partition_for(check.transactional_id)
-    registration = broker.image.partition(TRANSACTION_STATE_TOPIC, partition)
-    if registration is None or registration.leader < 0:
+    runtime = broker.transaction_runtime
+    leader = runtime.partitions.leader(check.transactional_id)
+    if leader < 0:
         return dict.fromkeys(check.partitions, ErrorCode.coordinator_not_available)
-    sessions = broker.transaction_runtime.sessions
-    leader = registration.leader
-    try:
-        response = await asyncio.wait_for(
-            _send(sessions, leader, check), broker.config["request.timeout.ms"] / 1000
-        )
-    except (OSError, TimeoutError, KafkaAdminError) as e:
-        log.info("AddPartitionsToTxn to broker %d failed: %s", leader, e)
-        await sessions.drop(leader)
+    response = await runtime.sessions.send(
+        leader, lambda session: _send(session, check), "AddPartitionsToTxn"
+    )
+    if response is None:
         return dict.fromkeys(check.partitions, ErrorCode.network_exception)
     if response.error_code != ErrorCode.none:
         return dict.fromkeys(check.partitions, ErrorCode(response.error_code))
@@ -108,19 +97,12 @@ async def ask_coordinator(broker, check: TransactionCheck) -> dict[TopicPartitio
     return answers
 
 
-async def _send(sessions, leader: int, check: TransactionCheck):
-    session = await sessions.get(leader)
-    theirs = session.broker_versions.get(ADD_PARTITIONS_TO_TXN, range(0))
-    common = range(
-        max(theirs.start, INTER_BROKER_VERSIONS.start), min(theirs.stop, INTER_BROKER_VERSIONS.stop)
-    )
-    if not common:
-        raise KafkaAdminError.from_code(
-            ErrorCode.unsupported_version, f"broker {leader} does not verify transactions"
-        )
+async def _send(session: Session, check: TransactionCheck):
+    # UNSUPPORTED_VERSION (KafkaAdminError) when the broker does not verify transactions.
+    version = session.version(ADD_PARTITIONS_TO_TXN, INTER_BROKER_VERSIONS)
 
     def request(class_name: str, **fields):
-        return entity(ADD_PARTITIONS_TO_TXN, common[-1], class_name, **fields)
+        return entity(ADD_PARTITIONS_TO_TXN, version, class_name, **fields)
 
     transaction = request(
         "AddPartitionsToTxnTransaction",

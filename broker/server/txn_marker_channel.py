@@ -21,9 +21,8 @@ from collections import defaultdict
 
 from kio.schema.errors import ErrorCode
 
-from broker.client.errors import KafkaAdminError
 from broker.coordinator.transaction_coordinator import MarkerJob
-from broker.server.coordinator_log import CoordinatorError, replicated
+from broker.server.coordinator_log import CoordinatorError, replicated_markers
 from broker.server.inter_broker import by_topic
 
 log = logging.getLogger("broker.coordinator.transactions")
@@ -141,14 +140,12 @@ class TxnMarkerChannel:
     async def _send_to(
         self, leader: int, job: MarkerJob, coordinator_epoch: int, partitions: list[TopicPartition]
     ) -> dict[TopicPartition, ErrorCode]:
-        timeout_s = self.broker.config["request.timeout.ms"] / 1000
-        try:
-            response = await asyncio.wait_for(
-                self._write_txn_markers(leader, job, coordinator_epoch, partitions), timeout_s
-            )
-        except (OSError, TimeoutError, KafkaAdminError) as e:
-            log.info("WriteTxnMarkers to broker %d failed: %s", leader, e)
-            await self.runtime.sessions.drop(leader)
+        response = await self.runtime.sessions.send(
+            leader,
+            lambda session: self._write_txn_markers(session, job, coordinator_epoch, partitions),
+            "WriteTxnMarkers",
+        )
+        if response is None:
             return dict.fromkeys(partitions, ErrorCode.network_exception)
         outcomes = dict.fromkeys(partitions, ErrorCode.unknown_server_error)
         for marker in response.markers:
@@ -158,11 +155,10 @@ class TxnMarkerChannel:
                         outcomes[(topic.name, p.partition_index)] = ErrorCode(p.error_code)
         return outcomes
 
+    @staticmethod
     async def _write_txn_markers(
-        self, leader: int, job: MarkerJob, coordinator_epoch: int, partitions: list[TopicPartition]
+        session, job: MarkerJob, coordinator_epoch: int, partitions: list[TopicPartition]
     ):
-        session = await self.runtime.sessions.get(leader)
-
         def entity(class_name: str, **fields):
             return session.request(WRITE_TXN_MARKERS, class_name, **fields)
 
@@ -183,18 +179,3 @@ class TxnMarkerChannel:
     @staticmethod
     async def _back_off() -> None:
         await asyncio.sleep(RETRY_BACKOFF_S)
-
-
-async def replicated_markers(
-    broker, written: list[tuple[TopicPartition, ErrorCode]]
-) -> list[ErrorCode]:
-    """The outcome of each marker written (and its error) once the ISR has it: a marker's
-    partition answers as an acks=all produce does (Kafka appends markers with acks=all)."""
-    timeout_ms = broker.config["request.timeout.ms"]
-
-    async def outcome(tp: TopicPartition, code: ErrorCode) -> ErrorCode:
-        if code is not ErrorCode.none:
-            return code
-        return await replicated(broker, *tp, timeout_ms)
-
-    return list(await asyncio.gather(*(outcome(tp, code) for tp, code in written)))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
-from harness import Cluster, cluster_config_known, postgres_answers
+from harness import Cluster, postgres_answers, skip_unless_cluster_mode
 
 
 @pytest.fixture
@@ -39,14 +39,9 @@ def make_formed_cluster(make_cluster):
     goes on alone with its embedded store, creating none of the cluster's tables."""
 
     def make(size: int = 3, overrides: Sequence[str] = (), network: str = "auto") -> Cluster:
-        if not cluster_config_known():
-            pytest.skip("the broker has no metadata.store.url setting yet (cluster mode)")
+        skip_unless_cluster_mode()
         cluster = make_cluster(size, overrides, network)
-        if not cluster.store_tables():
-            pytest.skip(
-                "the brokers accept metadata.store.url but created no fjord_meta_ tables in "
-                "its database: cluster mode is not wired in yet"
-            )
+        skip_unless_cluster_mode(cluster)
         return cluster
 
     return make

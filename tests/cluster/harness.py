@@ -24,24 +24,24 @@ import socket
 import struct
 import subprocess
 import threading
-import time
-import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psycopg
+import pytest
 from broker_process import BrokerProcess
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_requests import req
+from polling import wait_for
+from postgres_database import ADMIN_URL, throwaway_database
 from raw_client import SIZE, RawClient
 
 from broker.config import BROKER_CONFIGS
 from broker.protocol import codec
 
 POSTGRES = ("127.0.0.1", 5432)
-ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 STORE_TABLE_PREFIX = "fjord_meta_"
 # Failure detection in seconds rather than Kafka's production defaults, so that a test that
 # kills or pauses a broker sees the cluster react within its deadlines.
@@ -54,27 +54,7 @@ BROKER_PORT = 9092
 METADATA_VERSION = 12
 _PARTITION_TABLE = "fjord_partition"
 _COUNTER = itertools.count()
-T = TypeVar("T")
 W = TypeVar("W")
-
-
-def wait_for(
-    predicate: Callable[[], T],
-    timeout: float = 60,
-    what: str = "condition",
-    state: Callable[[], object] | None = None,
-) -> T:
-    """Poll `predicate` until it returns something truthy, and return that; fail after
-    `timeout` seconds, saying what `state` returns then."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            seen = f"; last seen: {state()}" if state else ""
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}{seen}")
-        time.sleep(0.1)
 
 
 def postgres_answers() -> bool:
@@ -88,6 +68,23 @@ def postgres_answers() -> bool:
 def cluster_config_known() -> bool:
     """Whether the broker has cluster mode's setting at all (it refuses unknown settings)."""
     return "metadata.store.url" in BROKER_CONFIGS
+
+
+def skip_unless_cluster_mode(cluster: Cluster | None = None) -> None:
+    """Skip the test unless cluster mode can run here: before a cluster starts (no
+    `cluster`), unless PostgreSQL answers and the broker has cluster mode's setting; once
+    `cluster` started, unless its brokers created their tables in its database (a broker
+    that accepts metadata.store.url but goes on alone with its embedded store creates none)."""
+    if cluster is None:
+        if not postgres_answers():
+            pytest.skip("nothing answers on 127.0.0.1:5432 (tests/services.sh up starts one)")
+        if not cluster_config_known():
+            pytest.skip("the broker has no metadata.store.url setting yet (cluster mode)")
+    elif not cluster.store_tables():
+        pytest.skip(
+            "the brokers accept metadata.store.url but created no fjord_meta_ tables in "
+            "its database: cluster mode is not wired in yet"
+        )
 
 
 def _run(*args: str, stdin: str | None = None) -> str:
@@ -398,18 +395,6 @@ class Network:
             raise RuntimeError("could not remove: " + "; ".join(failures))
 
 
-def create_database() -> str:
-    name = f"fjord_cluster_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    return name
-
-
-def drop_database(name: str) -> None:
-    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 class Cluster:
     """`size` brokers, node ids 1..size, sharing a throwaway PostgreSQL database; each with its
     own log dir under `base_dir` and the same address across restarts. `network` is
@@ -435,7 +420,7 @@ class Cluster:
         self.overrides = list(overrides)
         self.network_mode = network
         self.network: Network | None = None
-        self.database: str | None = None
+        self.database: str | None = None  # its name
         self.proxies: dict[int, StoreProxy] = {}
         self.brokers: dict[int, BrokerProcess] = {}
         self._paused: set[int] = set()
@@ -462,8 +447,8 @@ class Cluster:
         return self
 
     def _setup(self) -> None:
-        self.database = create_database()
-        self._cleanup.callback(drop_database, self.database)
+        url = self._cleanup.enter_context(throwaway_database("fjord_cluster"))
+        self.database = url.rpartition("/")[2]
         if self.network_mode == "netns":
             self.network = Network(self.nodes)
             self._cleanup.callback(self.network.close)
@@ -502,12 +487,18 @@ class Cluster:
         self._clients.append(client)
         return client
 
-    def close(self) -> None:
+    def abort_clients(self) -> None:
+        """Abort the workload clients tracked so far, and forget them."""
         try:
             for client in self._clients:
                 client.abort()
         finally:
             self._clients.clear()
+
+    def close(self) -> None:
+        try:
+            self.abort_clients()
+        finally:
             self._admin = None
             self._cleanup.close()
 
@@ -518,6 +509,11 @@ class Cluster:
                 broker.proc.wait()
 
     # -- addresses and state ------------------------------------------------------------------
+
+    @property
+    def database_url(self) -> str:
+        """The URL of the cluster's database, straight to PostgreSQL (not through a proxy)."""
+        return f"postgresql://postgres@127.0.0.1:5432/{self.database}"
 
     @property
     def bootstrap(self) -> str:
@@ -539,7 +535,7 @@ class Cluster:
 
     def store_tables(self) -> list[str]:
         """The cluster's tables in its database (the brokers create them)."""
-        with psycopg.connect(f"postgresql://postgres@127.0.0.1:5432/{self.database}") as conn:
+        with psycopg.connect(self.database_url) as conn:
             rows = conn.execute(
                 "SELECT tablename FROM pg_tables WHERE tablename LIKE %s ORDER BY 1",
                 (STORE_TABLE_PREFIX.replace("_", r"\_") + "%",),
@@ -549,7 +545,7 @@ class Cluster:
     def store_sessions(self, node: int) -> list[StoreSession]:
         """Broker `node`'s sessions in PostgreSQL now (those through its proxy)."""
         ports = sorted(self.proxies[node].upstream_ports())
-        with psycopg.connect(f"postgresql://postgres@127.0.0.1:5432/{self.database}") as conn:
+        with psycopg.connect(self.database_url) as conn:
             rows = conn.execute(
                 "SELECT pid, state, backend_xid IS NOT NULL, query FROM pg_stat_activity "
                 "WHERE datname = current_database() AND client_port = ANY(%s) ORDER BY pid",
@@ -624,16 +620,33 @@ class Cluster:
         if self.network is not None:
             self.network.heal()
 
+    # -- requests to one broker --------------------------------------------------------------
+
+    def ask(self, node: int, request: Any, timeout: float = 10) -> Any | None:
+        """`request` (a kio request, which knows its API key and version) sent to broker
+        `node` alone, and its response; None when the broker does not answer within `timeout`
+        seconds (down, paused, cut off) or closes the connection."""
+        host, _, port = self.brokers[node].bootstrap.rpartition(":")
+        try:
+            return asyncio.run(_ask(host, int(port), request, timeout))
+        except (OSError, TimeoutError, asyncio.IncompleteReadError):
+            return None
+
     # -- metadata ----------------------------------------------------------------------------
 
     def metadata_from(self, node: int, timeout: float = 5) -> MetadataView | None:
         """What broker `node` answers to Metadata (every topic), or None when it does not
         answer in time: asked of that broker alone, so a zombie's stale view can be seen."""
-        host, _, port = self.brokers[node].bootstrap.rpartition(":")
-        try:
-            return asyncio.run(_ask_metadata(node, host, int(port), timeout))
-        except (OSError, TimeoutError, asyncio.IncompleteReadError):
-            return None
+        request = req(
+            3,
+            METADATA_VERSION,
+            "MetadataRequest",
+            topics=None,
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        response = self.ask(node, request, timeout)
+        return None if response is None else _metadata_view(node, response)
 
     def metadata(self, nodes: Iterable[int] | None = None) -> MetadataView | None:
         """The first answer to Metadata from `nodes` (default: the alive ones), in order."""
@@ -752,23 +765,20 @@ class MetadataView:
     topic_errors: dict[str, int]
 
 
-async def _ask_metadata(node: int, host: str, port: int, timeout: float) -> MetadataView:
-    request = req(
-        3,
-        METADATA_VERSION,
-        "MetadataRequest",
-        topics=None,
-        allow_auto_topic_creation=False,
-        include_topic_authorized_operations=False,
-    )
+async def _ask(host: str, port: int, request: Any, timeout: float) -> Any:
     payload = codec.encode_request(request, 1, "fjord-cluster-harness")
     async with asyncio.timeout(timeout):
         client = await RawClient.open(host, port)
         try:
             await client.send(SIZE.pack(len(payload)) + payload)
-            _, response = codec.decode_response(await client.read_frame(), 3, METADATA_VERSION)
+            frame = await client.read_frame()
         finally:
             client.close()
+    _, response = codec.decode_response(frame, request.__api_key__, request.__version__)
+    return response
+
+
+def _metadata_view(node: int, response: Any) -> MetadataView:
     return MetadataView(
         answered_by=node,
         brokers={b.node_id: f"{b.host}:{b.port}" for b in response.brokers},

@@ -5,7 +5,6 @@ names), and a reassignment moves a partition's data and then drops the old repli
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 from harness import FAST_FAILOVER_OVERRIDES, wait_for
@@ -13,24 +12,19 @@ from kafka_requests import ms, req
 from kio.schema.errors import ErrorCode
 from workload import IdempotentProducers, drain
 
-from broker.client.connection import BrokerConnection
-
 ELECT_LEADERS, ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 43, 45, 46
 PREFERRED = 0
 
 
+# Longer than the requests' own timeouts (30 s): every request here must be answered.
+ANSWER_TIMEOUT_S = 90
+
+
 def ask(cluster, node: int, request):
-    """`request` sent to broker `node` alone."""
-    host, _, port = cluster.brokers[node].bootstrap.rpartition(":")
-
-    async def send():
-        conn = await BrokerConnection.open(host, int(port), "fjord-cluster-admin-test")
-        try:
-            return await conn.send(request)
-        finally:
-            await conn.close()
-
-    return asyncio.run(send())
+    """`request` sent to broker `node` alone, and its response."""
+    response = cluster.ask(node, request, timeout=ANSWER_TIMEOUT_S)
+    assert response is not None, f"broker {node} did not answer {type(request).__name__}"
+    return response
 
 
 def elect_preferred(topic: str, partitions: list[int]):

@@ -12,7 +12,6 @@ FJORD_SOAK=1 (`make soak`) repeats each fault more times."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 import time
@@ -25,15 +24,8 @@ from broker_process import FAST_GROUP_OVERRIDES
 from checker import READ_COMMITTED, READ_UNCOMMITTED, Send, check
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from harness import (
-    Cluster,
-    MetadataView,
-    cluster_config_known,
-    postgres_answers,
-    wait_for,
-)
+from harness import Cluster, MetadataView, skip_unless_cluster_mode, wait_for
 from kafka_requests import req
-from raw_client import SIZE, RawClient
 from workload import (
     GroupConsumers,
     IdempotentProducers,
@@ -41,8 +33,6 @@ from workload import (
     committed_offsets,
     drain,
 )
-
-from broker.protocol import codec
 
 SOAK = bool(os.environ.get("FJORD_SOAK"))
 ROUNDS = 5 if SOAK else 1  # how many times a test injects its fault
@@ -73,15 +63,11 @@ pytestmark = pytest.mark.timeout(1200 if SOAK else 300)
 
 @pytest.fixture(scope="module")
 def shared_cluster(tmp_path_factory):
-    if not postgres_answers():
-        pytest.skip("nothing answers on 127.0.0.1:5432 (tests/services.sh up starts one)")
-    if not cluster_config_known():
-        pytest.skip("the broker has no metadata.store.url setting yet (cluster mode)")
+    skip_unless_cluster_mode()
     cluster = Cluster(tmp_path_factory.mktemp("faults"), 3, OVERRIDES)
     cluster.start()
     try:
-        if not cluster.store_tables():
-            pytest.skip("the brokers created no fjord_meta_ tables: cluster mode is not wired in")
+        skip_unless_cluster_mode(cluster)
         cluster.wait_for_brokers()
         yield cluster
     finally:
@@ -97,8 +83,7 @@ def cluster(shared_cluster):
     print(shared_cluster.logs(60))
     # The clients of this test (a failed test leaves them running): stopped now, before the
     # next test, rather than when the module's cluster closes.
-    for client in shared_cluster._clients:
-        client.abort()
+    shared_cluster.abort_clients()
 
 
 @pytest.fixture
@@ -263,27 +248,6 @@ def warm(writes: Writes, partition: int) -> None:
 # -- requests to one broker ---------------------------------------------------------------------
 
 
-async def _ask(host: str, port: int, api_key: int, version: int, request, timeout: float):
-    payload = codec.encode_request(request, 1, "fjord-fault-tests")
-    async with asyncio.timeout(timeout):
-        client = await RawClient.open(host, port)
-        try:
-            await client.send(SIZE.pack(len(payload)) + payload)
-            _, response = codec.decode_response(await client.read_frame(), api_key, version)
-        finally:
-            client.close()
-    return response
-
-
-def ask(cluster: Cluster, node: int, api_key: int, version: int, request, timeout: float = 10):
-    """One request to broker `node`, its response; None when it does not answer in time."""
-    host, _, port = cluster.brokers[node].bootstrap.rpartition(":")
-    try:
-        return asyncio.run(_ask(host, int(port), api_key, version, request, timeout))
-    except (OSError, TimeoutError, asyncio.IncompleteReadError):
-        return None
-
-
 def coordinator(cluster: Cluster, key: str, key_type: int) -> int:
     """The broker FindCoordinator names for a group (key_type 0) or a transactional id (1)."""
     request = req(
@@ -292,7 +256,7 @@ def coordinator(cluster: Cluster, key: str, key_type: int) -> int:
 
     def found() -> int | None:
         for n in cluster.alive():
-            response = ask(cluster, n, 10, FIND_COORDINATOR_V, request)
+            response = cluster.ask(n, request)
             if response is not None:
                 (c,) = response.coordinators
                 if c.error_code == 0 and c.node_id in cluster.alive():
@@ -313,7 +277,7 @@ def transactional_ids(cluster: Cluster, prefix: str) -> list[str]:
     )
     ids = set()
     for n in cluster.alive():
-        response = ask(cluster, n, 66, LIST_TRANSACTIONS_V, request)
+        response = cluster.ask(n, request)
         if response is not None:
             ids |= {
                 t.transactional_id
@@ -490,10 +454,8 @@ def pause_inside_a_transaction(cluster: Cluster, node: int, timeout: float = 60)
     """SIGSTOP broker `node` between one of its metadata writes and its COMMIT: watch its
     sessions in pg_stat_activity and stop it the moment one runs an UPDATE (it then finds
     the answer but cannot send the COMMIT); retry until one is caught so."""
-    broker = cluster.brokers[node]
-    url = f"postgresql://postgres@127.0.0.1:5432/{cluster.database}"
     deadline = time.monotonic() + timeout
-    with psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(cluster.database_url, autocommit=True) as conn:
         while time.monotonic() < deadline:
             ports = sorted(cluster.proxies[node].upstream_ports())
             writing = conn.execute(
@@ -503,14 +465,11 @@ def pause_inside_a_transaction(cluster: Cluster, node: int, timeout: float = 60)
             ).fetchone()
             if not writing:
                 continue
-            broker.pause()
-            while cluster.process_state(node) != "T":
-                pass
+            cluster.pause(node)
             stuck = [s for s in cluster.store_sessions(node) if s.writing]
             if any(s.state == "idle in transaction" for s in stuck):
-                cluster.pause(node)  # for the harness' books: it is paused
                 return
-            broker.resume()
+            cluster.resume(node)
     pytest.skip(f"broker {node} was never caught inside a metadata transaction")
 
 

@@ -9,6 +9,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from polling import wait_for
+
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 PARTITIONS = 3
 
@@ -33,15 +35,9 @@ def finalize_transaction_version(bootstrap: str, level: int) -> None:
 
 
 def wait_until(predicate: Callable[[], object], timeout: float = 30, what: str = "condition"):
-    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
+    """Poll `predicate` until it returns something truthy, and return that; fail after
+    `timeout` seconds (polling.wait_for with the compat tests' default timeout)."""
+    return wait_for(predicate, timeout, what)
 
 
 @dataclass(frozen=True)

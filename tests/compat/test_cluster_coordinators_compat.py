@@ -11,7 +11,6 @@ import uuid
 import psycopg
 import pytest
 from broker_process import FAST_GROUP_OVERRIDES, BrokerProcess
-from compat_support import wait_until
 from confluent_kafka import (
     Consumer,
     ConsumerGroupTopicPartitions,
@@ -20,10 +19,11 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
+from polling import wait_for
+from postgres_database import ADMIN_URL, throwaway_database
 
 from broker.coordinator.placement import partition_for
 
-ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 INTERNAL_PARTITIONS = 5
 CLUSTER_OVERRIDES = (
     "broker.session.timeout.ms=3000",
@@ -36,45 +36,39 @@ CLUSTER_OVERRIDES = (
 DEADLINE_S = 60
 
 
-def wait_for(predicate, what: str):
-    return wait_until(predicate, DEADLINE_S, what)
-
-
 @pytest.fixture
 def cluster(tmp_path):
     """Three brokers sharing a throwaway PostgreSQL database, by node id."""
     try:
-        admin = psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=3)
+        psycopg.connect(ADMIN_URL, connect_timeout=3).close()
     except psycopg.OperationalError:
         pytest.skip("nothing answers on 127.0.0.1:5432 (tests/services.sh up starts one)")
-    database = f"fjord_coordinators_{uuid.uuid4().hex[:12]}"
-    admin.execute(f'CREATE DATABASE "{database}"')
-    url = f"postgresql://postgres@127.0.0.1:5432/{database}"
-    brokers = {
-        node: BrokerProcess(
-            tmp_path / f"broker-{node}",
-            f"node.id={node}",
-            f"metadata.store.url={url}",
-            *CLUSTER_OVERRIDES,
-        )
-        for node in range(3)
-    }
-    try:
-        for b in brokers.values():
-            b.spawn()
-        for b in brokers.values():
-            b.wait_started()
-        for b in brokers.values():
-            wait_for(lambda b=b: knows_the_cluster(b), "every broker to know the cluster")
-        yield brokers
-    finally:
-        for node, b in brokers.items():
-            if b.proc is not None and b.proc.poll() is None:
-                b.proc.kill()
-                b.proc.wait()
-            print(f"--- broker {node}\n" + "".join(b.output[-80:]))
-        admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-        admin.close()
+    with throwaway_database("fjord_coordinators") as url:
+        brokers = {
+            node: BrokerProcess(
+                tmp_path / f"broker-{node}",
+                f"node.id={node}",
+                f"metadata.store.url={url}",
+                *CLUSTER_OVERRIDES,
+            )
+            for node in range(3)
+        }
+        try:
+            for b in brokers.values():
+                b.spawn()
+            for b in brokers.values():
+                b.wait_started()
+            for b in brokers.values():
+                wait_for(
+                    lambda b=b: knows_the_cluster(b), DEADLINE_S, "every broker to know the cluster"
+                )
+            yield brokers
+        finally:
+            for node, b in brokers.items():
+                if b.proc is not None and b.proc.poll() is None:
+                    b.proc.kill()
+                    b.proc.wait()
+                print(f"--- broker {node}\n" + "".join(b.output[-80:]))
 
 
 def knows_the_cluster(broker: BrokerProcess) -> bool:
@@ -95,6 +89,7 @@ def create_topic(brokers, name: str) -> None:
         lambda: all(
             len(p.isrs) == 3 for p in admin.list_topics(name).topics[name].partitions.values()
         ),
+        DEADLINE_S,
         f"{name}'s replicas in sync",
     )
 
@@ -134,7 +129,7 @@ def test_a_group_and_its_offsets_survive_their_coordinator(cluster):
         return len(seen) >= count
 
     try:
-        wait_for(lambda: consume_until(15), "half of the records")
+        wait_for(lambda: consume_until(15), DEADLINE_S, "half of the records")
         before = {tp.partition: tp.offset for tp in consumer.commit(asynchronous=False)}
 
         coordinator = coordinator_of(cluster, "__consumer_offsets", group)
@@ -154,11 +149,13 @@ def test_a_group_and_its_offsets_survive_their_coordinator(cluster):
                 # The coordinator is moving: the client may still be asking the dead one.
                 return None
 
-        after = wait_for(committed_offsets, "the committed offsets from the new coordinator")
+        after = wait_for(
+            committed_offsets, DEADLINE_S, "the committed offsets from the new coordinator"
+        )
         assert {p: after[p] for p in before} == before
 
         # The group carries on with its new coordinator: the rest is read and committed.
-        wait_for(lambda: consume_until(30), "the other half of the records")
+        wait_for(lambda: consume_until(30), DEADLINE_S, "the other half of the records")
 
         def commit_everything():
             ends = [TopicPartition(topic, p, 10) for p in range(3)]
@@ -167,7 +164,7 @@ def test_a_group_and_its_offsets_survive_their_coordinator(cluster):
             except KafkaException:
                 return None  # until the new coordinator has the group
 
-        wait_for(commit_everything, "a commit to the new coordinator")
+        wait_for(commit_everything, DEADLINE_S, "a commit to the new coordinator")
         assert committed_offsets() == dict.fromkeys(range(3), 10)
         assert coordinator_of(cluster, "__consumer_offsets", group) != coordinator
     finally:
@@ -231,7 +228,7 @@ def test_a_transactional_id_recovers_on_a_new_coordinator(cluster):
     try:
         # The aborted records came before the last transaction's in every partition: a
         # read_committed consumer would have been given them by now.
-        wait_for(read_everything_committed, "the committed records")
+        wait_for(read_everything_committed, DEADLINE_S, "the committed records")
     finally:
         reader.close()
     assert sorted(values) == sorted(expected)

@@ -5,15 +5,14 @@ broker dies."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from typing import TypeVar
 
 import pytest
 from broker_process import BrokerProcess, free_port
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from django.urls import reverse
+from polling import wait_for
 from postgres_database import throwaway_database
 
 from api import kafka, sampling
@@ -21,17 +20,7 @@ from api import kafka, sampling
 pytestmark = pytest.mark.django_db
 
 NODES = (1, 2, 3)
-T = TypeVar("T")
-
-
-def wait_for(predicate: Callable[[], T], what: str, timeout: float = 30) -> T:
-    """Poll `predicate` until it returns something truthy, and return that."""
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.2)
-    return value
+WAIT_S = 30
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +86,7 @@ def topic_described(api, name: str, check: Callable[[dict], bool]) -> dict | Non
 def test_brokers_page_lists_every_broker_with_the_controller(
     cluster_settings, viewer_api, viewer_browser
 ):
-    listed = wait_for(lambda: brokers_listed(viewer_api, set(NODES)), "three live brokers")
+    listed = wait_for(lambda: brokers_listed(viewer_api, set(NODES)), WAIT_S, "three live brokers")
     cluster = viewer_api.get("/api/v1/cluster/").json()
     page = viewer_browser.get(reverse("webui:cluster"))
 
@@ -140,6 +129,7 @@ def test_a_replicated_topic_shows_its_replicas_and_isr(
 
     described = wait_for(
         lambda: topic_described(operator_api, name, lambda p: len(p["isr"]) == 3),
+        WAIT_S,
         "every replica in sync",
     )
     page = viewer_browser.get(reverse("webui:topic-detail", args=[name]))
@@ -177,6 +167,7 @@ def test_a_dead_broker_is_fenced_and_its_partitions_under_replicated(
     admin.create_topics([NewTopic(name, 3, 3)])[name].result(30)
     wait_for(
         lambda: topic_described(viewer_api, name, lambda p: len(p["isr"]) == 3),
+        WAIT_S,
         "every replica in sync",
     )
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
@@ -184,13 +175,17 @@ def test_a_dead_broker_is_fenced_and_its_partitions_under_replicated(
         producer.produce(name, f"record-{i}".encode(), partition=i % 3)
     assert producer.flush(30) == 0
     before = sampling.sample()
-    listed = wait_for(lambda: brokers_listed(viewer_api, set(NODES)), "three live brokers")
+    listed = wait_for(lambda: brokers_listed(viewer_api, set(NODES)), WAIT_S, "three live brokers")
     victim = next(b["id"] for b in listed if not b["controller"])
 
     cluster_settings[victim].kill()
-    after = wait_for(under_replicated_sample, "under-replicated partitions on the dashboard")
+    after = wait_for(
+        under_replicated_sample, WAIT_S, "under-replicated partitions on the dashboard"
+    )
     fenced = wait_for(
-        lambda: brokers_listed(viewer_api, set(NODES) - {victim}), f"broker {victim} fenced"
+        lambda: brokers_listed(viewer_api, set(NODES) - {victim}),
+        WAIT_S,
+        f"broker {victim} fenced",
     )
     described = viewer_api.get(f"/api/v1/topics/{name}/").json()
     brokers_page = viewer_browser.get(reverse("webui:cluster")).content.decode()

@@ -68,6 +68,9 @@ class FetchTarget:
     topic_id: uuid.UUID | None
     fetch_offset: int
     max_bytes: int
+    # A follower's (the replica fetcher's); a consumer sends -1.
+    current_leader_epoch: int = -1
+    last_fetched_epoch: int = -1
 
 
 @dataclass(frozen=True)
@@ -90,8 +93,7 @@ def next_epoch(epoch: int) -> int:
 
 def fetch_request(session: Any, request: FetchRequestData, **fields: Any) -> Any:
     """The Fetch request for `request`'s partitions and session, at the session's version;
-    `fields` are the request's own (replica, waits, sizes, isolation, rack). A target's
-    leader epochs are sent when it has them (a follower's), else -1."""
+    `fields` are the request's own (replica, waits, sizes, isolation, rack)."""
 
     def topics(partitions: dict[TopicPartition, FetchTarget]) -> dict[str, list]:
         by_topic: dict[str, list] = defaultdict(list)
@@ -110,9 +112,9 @@ def fetch_request(session: Any, request: FetchRequestData, **fields: Any) -> Any
                     FETCH,
                     "FetchPartition",
                     partition=p,
-                    current_leader_epoch=getattr(target, "current_leader_epoch", -1),
+                    current_leader_epoch=target.current_leader_epoch,
                     fetch_offset=target.fetch_offset,
-                    last_fetched_epoch=getattr(target, "last_fetched_epoch", -1),
+                    last_fetched_epoch=target.last_fetched_epoch,
                     log_start_offset=-1,
                     partition_max_bytes=target.max_bytes,
                 )

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import socket
-import uuid
 
 import psycopg
 import pytest
-
-ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+from postgres_database import ADMIN_URL, throwaway_database
 
 
 @pytest.fixture
@@ -18,12 +16,8 @@ def postgres_url():
         socket.create_connection(("127.0.0.1", 5432), timeout=1).close()
     except OSError:
         pytest.skip("nothing answers on 127.0.0.1:5432 (tests/services.sh up starts one)")
-    name = f"fjord_meta_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    yield f"postgresql://postgres@127.0.0.1:5432/{name}"
-    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with throwaway_database("fjord_meta_test") as url:
+        yield url
 
 
 @pytest.fixture

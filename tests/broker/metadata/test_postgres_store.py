@@ -6,12 +6,12 @@ as separate processes would."""
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Callable
 
 import psycopg
 import pytest
+from polling import wait_for
 
 from broker.metadata.cluster import NO_LEADER, BrokerRegistration, PartitionRegistration
 from broker.metadata.image import TopicMetadata
@@ -43,13 +43,6 @@ def open_store(postgres_url):
 @pytest.fixture
 def store(open_store) -> PostgresMetadataStore:
     return open_store()
-
-
-def eventually(condition: Callable[[], object], what: str) -> object:
-    deadline = time.monotonic() + WAIT_S
-    while not (result := condition()):
-        assert time.monotonic() < deadline, f"still not {what} after {WAIT_S} s"
-    return result
 
 
 def in_threads(*calls: Callable[[], object]) -> list[object]:
@@ -438,7 +431,7 @@ def test_a_fenced_broker_whose_lease_lapses_is_not_lapsed(store):
     member_epoch = store.register_broker(broker(2), 1)
 
     # Fenced from its registration: out of renewed_brokers is its lease expired.
-    eventually(lambda: store.renewed_brokers() == [(1, node)], "expired")
+    wait_for(lambda: store.renewed_brokers() == [(1, node)], WAIT_S, "broker 2's lease to expire")
 
     assert store.lapsed_brokers() == []
     assert store.brokers()[2].fenced is True
@@ -457,7 +450,7 @@ def test_a_broker_whose_lease_lapses_is_fenced_and_unfenced_when_it_returns(open
 
     assert member.heartbeat(2, member_epoch, 1) is True
 
-    eventually(lambda: controller_store.lapsed_brokers(), "lapsed")
+    wait_for(lambda: controller_store.lapsed_brokers(), WAIT_S, "a lapsed broker")
     assert controller_store.lapsed_brokers() == [(2, member_epoch)]
     assert controller_store.set_broker_fenced(controller, 2, member_epoch, True) is True
     assert controller_store.lapsed_brokers() == []
@@ -509,7 +502,9 @@ def test_only_a_live_broker_at_its_epoch_not_shutting_down_claims_the_controller
     assert store.claim_controller(1, old, LONG_MS) is None
     lapsed = other.register_broker(broker(2), 1)
     # Fenced from its registration: out of renewed_brokers is its lease expired.
-    eventually(lambda: (2, lapsed) not in store.renewed_brokers(), "expired")
+    wait_for(
+        lambda: (2, lapsed) not in store.renewed_brokers(), WAIT_S, "broker 2's lease to expire"
+    )
     assert other.claim_controller(2, lapsed, LONG_MS) is None
     leaving = other.register_broker(broker(3), LONG_MS)
     assert other.begin_controlled_shutdown(3, leaving) is True
@@ -533,7 +528,9 @@ def test_a_fenced_broker_back_within_its_lease_claims_the_controller_but_not_one
     # Unfenced: shutting down is all that keeps it from claiming.
     assert store.set_broker_fenced((1, epoch), 3, leaving, False) is True
     assert other.begin_controlled_shutdown(3, leaving) is True
-    eventually(lambda: (2, returning) not in store.renewed_brokers(), "expired")
+    wait_for(
+        lambda: (2, returning) not in store.renewed_brokers(), WAIT_S, "broker 2's lease to expire"
+    )
     store.resign_controller(1, epoch)
 
     assert other.claim_controller(3, leaving, LONG_MS) is None
@@ -593,8 +590,10 @@ def test_a_controller_that_lost_its_lease_writes_nothing(open_store):
     stale_epoch = stale.claim_controller(1, stale_node, 1)
     successor_node = successor.register_broker(broker(2), LONG_MS)
 
-    new_epoch = eventually(
-        lambda: successor.claim_controller(2, successor_node, LONG_MS), "claimed"
+    new_epoch = wait_for(
+        lambda: successor.claim_controller(2, successor_node, LONG_MS),
+        WAIT_S,
+        "broker 2 to claim the controller",
     )
     assert successor.set_broker_fenced((2, new_epoch), 2, successor_node, False) is True
     before = successor.changes_since(0)
@@ -709,13 +708,14 @@ def terminate_connections(admin: psycopg.Connection, url: str) -> None:
     admin.execute(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (dbname,)
     )
-    eventually(
+    wait_for(
         lambda: (
             not admin.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (dbname,)
             ).fetchone()[0]
         ),
-        "terminated",
+        WAIT_S,
+        "the test database's sessions to end",
     )
 
 
@@ -791,6 +791,6 @@ def test_a_broker_whose_process_is_gone_lapses_and_its_controller_lease_is_taken
     assert survivor.claim_controller(2, alive, LONG_MS) is None  # held by a live broker
     assert survivor.lapsed_brokers() == []
     dying.close()  # the process is gone, its session with it
-    eventually(lambda: survivor.lapsed_brokers() == [(1, dead)], "broker 1 lapsed")
+    wait_for(lambda: survivor.lapsed_brokers() == [(1, dead)], WAIT_S, "broker 1 to lapse")
     assert survivor.claim_controller(2, alive, LONG_MS) == epoch + 1
     assert survivor.controller() == (2, epoch + 1)
