@@ -316,10 +316,6 @@ def _read(broker, ctx: RequestContext, request, wanted, read_committed: bool):
         diverging = None
         if code == ErrorCode.none and follower:
             diverging = _diverging_epoch(ctx, log, p)
-            if diverging is None:
-                broker.replica_manager.follower_fetched(
-                    (name, p.partition), *_replica(request), p.fetch_offset
-                )
         if code == ErrorCode.none and diverging is None:
             if follower:
                 max_offset = log.log_end_offset
@@ -332,6 +328,10 @@ def _read(broker, ctx: RequestContext, request, wanted, read_committed: bool):
             except OffsetOutOfRangeError:
                 code = ErrorCode.offset_out_of_range
             else:
+                if follower:
+                    # Only a read that succeeded says the follower has what precedes its
+                    # offset: one past this log's end (Kafka's rule too) is no such proof.
+                    rm.follower_fetched((name, p.partition), *_replica(request), p.fetch_offset)
                 if data.size:
                     # One slice (the usual case) goes out as read; only a few join.
                     records = data.records[0] if len(data.records) == 1 else b"".join(data.records)

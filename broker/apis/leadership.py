@@ -18,6 +18,7 @@ from broker.controller.elections import (
     reassign,
     unclean_election,
 )
+from broker.controller.placement import assignment_problem
 from broker.security.operations import AclOperation
 
 PREFERRED, UNCLEAN = 0, 1
@@ -195,28 +196,9 @@ def _reassignment_error(
             "No partition reassignment is in progress.",
             None,
         )
-    if not replicas:
-        return (
-            ErrorCode.invalid_replica_assignment,
-            "The manual partition assignment includes an empty replica list.",
-            None,
-        )
-    previous = None
-    for replica in sorted(replicas):
-        if replica not in broker.image.brokers:
-            return (
-                ErrorCode.invalid_replica_assignment,
-                f"The manual partition assignment includes broker {replica}, but no such "
-                f"broker is registered.",
-                None,
-            )
-        if replica == previous:
-            return (
-                ErrorCode.invalid_replica_assignment,
-                f"The manual partition assignment includes the broker {replica} more than once.",
-                None,
-            )
-        previous = replica
+    problem = assignment_problem(replicas, broker.image.brokers)
+    if problem:
+        return ErrorCode.invalid_replica_assignment, problem, None
     current = [r for r in reg.replicas if r not in reg.adding_replicas]
     if not allow_rf_change and len(replicas) != len(current):
         return (

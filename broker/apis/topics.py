@@ -5,6 +5,7 @@ partitions ALTER on the topic."""
 
 from __future__ import annotations
 
+import contextlib
 from datetime import timedelta
 
 from kio.schema.errors import ErrorCode
@@ -13,6 +14,12 @@ from broker.apis.auth_helper import creatable_topics, filter_authorized
 from broker.apis.base import KafkaError, RequestContext
 from broker.apis.configs import describe_topic_entries
 from broker.config import ConfigError, validate_topic_configs
+from broker.controller.placement import (
+    PlacementError,
+    assignment_problem,
+    replication_problem,
+    unusable_assignment,
+)
 from broker.metadata.image import topic_name_problem
 from broker.quota.quota_manager import ControllerMutationQuota, monotonic_ms
 from broker.security.operations import AclOperation, ResourceType
@@ -68,9 +75,10 @@ async def handle_create_topics(broker, ctx: RequestContext, request) -> object:
                 topic = None
             else:
                 _spend(quota, partitions)
-                topic = await broker.create_topic(
-                    t.name, partitions, configs, replication, assignment
-                )
+                with _placing(assignment):
+                    topic = await broker.create_topic(
+                        t.name, partitions, configs, replication, assignment
+                    )
         except KafkaError as e:
             results.append(
                 ctx.response(
@@ -137,7 +145,6 @@ def _validate_creation(broker, t) -> tuple[int, dict[str, str], int, list | None
                 "Both numPartitions or replicationFactor and replicasAssignments "
                 "were set. Both cannot be used at the same time.",
             )
-        _check_assignments(broker, [a.broker_ids for a in t.assignments])
         indexes = sorted(a.partition_index for a in t.assignments)
         if indexes != list(range(len(indexes))):
             raise KafkaError(
@@ -147,6 +154,7 @@ def _validate_creation(broker, t) -> tuple[int, dict[str, str], int, list | None
         partitions = len(indexes)
         by_index = {a.partition_index: tuple(a.broker_ids) for a in t.assignments}
         assignment = [by_index[i] for i in range(partitions)]
+        _check_assignments(broker, assignment, None)
         replication = len(assignment[0])
     else:
         partitions = broker.config["num.partitions"] if t.num_partitions == -1 else t.num_partitions
@@ -159,19 +167,7 @@ def _validate_creation(broker, t) -> tuple[int, dict[str, str], int, list | None
             raise KafkaError(
                 ErrorCode.invalid_partitions, "Number of partitions must be larger than 0."
             )
-        if replication <= 0:
-            raise KafkaError(
-                ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0."
-            )
-        registered = len(broker.usable_brokers())
-        if replication > registered:
-            raise KafkaError(
-                ErrorCode.invalid_replication_factor,
-                f"Unable to replicate the partition {replication} time(s): "
-                "The target replication factor of "
-                f"{replication} cannot be reached because only {registered} broker(s) are "
-                "registered.",
-            )
+        _check_replication(broker, replication)
         assignment = None
     _check_openable(broker, partitions)
     configs = {c.name: c.value for c in t.configs}
@@ -194,20 +190,40 @@ def _check_openable(broker, new_partitions: int) -> None:
         )
 
 
-def _check_assignments(broker, replica_lists) -> None:
-    for replicas in replica_lists:
-        if len(replicas) != len(set(replicas)):
-            raise KafkaError(
-                ErrorCode.invalid_replica_assignment,
-                "Duplicate brokers not allowed in replica assignment",
-            )
-        unknown = [b for b in replicas if b not in broker.image.brokers]
-        if unknown or not replicas:
-            raise KafkaError(
-                ErrorCode.invalid_replica_assignment,
-                f"The manual partition assignment includes brokers that are not "
-                f"registered: {unknown or replicas}",
-            )
+def _check_assignments(
+    broker, assignment: list[tuple[int, ...]], replication: int | None, first_partition: int = 0
+) -> None:
+    """Hand-made replica lists: every one valid, as many replicas as `replication` (the
+    first list's when None), and each with a usable broker to lead it."""
+    registered = broker.image.brokers
+    for replicas in assignment:
+        problem = assignment_problem(replicas, registered, replication)
+        if problem:
+            raise KafkaError(ErrorCode.invalid_replica_assignment, problem)
+        replication = len(replicas)
+    problem = unusable_assignment(assignment, broker.usable_brokers(), first_partition)
+    if problem:
+        raise KafkaError(ErrorCode.invalid_replica_assignment, problem)
+
+
+@contextlib.contextmanager
+def _placing(assignment: list | None):
+    """Brokers may have been fenced since the request was checked: the placer's refusal."""
+    try:
+        yield
+    except PlacementError as e:
+        code = (
+            ErrorCode.invalid_replication_factor
+            if assignment is None
+            else ErrorCode.invalid_replica_assignment
+        )
+        raise KafkaError(code, str(e)) from None
+
+
+def _check_replication(broker, replication: int) -> None:
+    problem = replication_problem(replication, len(broker.usable_brokers()))
+    if problem:
+        raise KafkaError(ErrorCode.invalid_replication_factor, problem)
 
 
 async def handle_delete_topics(broker, ctx: RequestContext, request) -> object:
@@ -280,6 +296,8 @@ async def handle_create_partitions(broker, ctx: RequestContext, request) -> obje
                     if t.count < topic.partitions
                     else f"Topic already has {topic.partitions} partitions.",
                 )
+            replication = broker.image.partition(t.name, 0).replication_factor
+            assignment = None
             if t.assignments is not None:
                 if len(t.assignments) != t.count - topic.partitions:
                     raise KafkaError(
@@ -287,11 +305,15 @@ async def handle_create_partitions(broker, ctx: RequestContext, request) -> obje
                         f"Increasing the number of partitions by {t.count - topic.partitions} "
                         f"but {len(t.assignments)} assignments provided.",
                     )
-                _check_assignments(broker, [a.broker_ids for a in t.assignments])
+                assignment = [tuple(a.broker_ids) for a in t.assignments]
+                _check_assignments(broker, assignment, replication, topic.partitions)
+            else:
+                _check_replication(broker, replication)
             _check_openable(broker, t.count - topic.partitions)
             if not request.validate_only:
                 _spend(quota, t.count - topic.partitions)
-                await broker.add_partitions(t.name, t.count)
+                with _placing(assignment):
+                    await broker.add_partitions(t.name, t.count, assignment)
         except KafkaError as e:
             code, message = e.code, e.message
         results.append(

@@ -9,7 +9,6 @@ replica outside the ISR is never elected (unclean.leader.election.enable is fals
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -135,20 +134,3 @@ def reassignment_changes(image: MetadataImage) -> list[PartitionChange]:
             done = _with_replicas(reg, target, isr, usable)
             changes.append((topic.name, index, reg.partition_epoch, done))
     return changes
-
-
-def place_replicas(
-    brokers: list[int], partitions: int, replication_factor: int, first_partition: int = 0
-) -> dict[int, PartitionRegistration]:
-    """Replicas for new partitions, striped over the brokers (Kafka's assignment without
-    racks): leaders round-robin from a random broker, each partition's followers the brokers
-    after its leader, so leadership and load spread evenly. New partitions have every replica
-    in sync: they are empty."""
-    ordered = sorted(brokers)
-    start = random.randrange(len(ordered))
-    placed = {}
-    for index in range(first_partition, first_partition + partitions):
-        first = (start + index) % len(ordered)
-        replicas = tuple(ordered[(first + i) % len(ordered)] for i in range(replication_factor))
-        placed[index] = PartitionRegistration(replicas, replicas, replicas[0])
-    return placed

@@ -52,6 +52,11 @@ class PartitionRegistration:
         return self.replicas[0] if self.replicas else NO_LEADER
 
     @property
+    def replication_factor(self) -> int:
+        """Replicas it will have once a reassignment in progress is done."""
+        return len(self.replicas) - len(self.removing_replicas)
+
+    @property
     def offline(self) -> bool:
         return self.leader == NO_LEADER
 

@@ -21,6 +21,24 @@ from broker.metadata.cluster import PartitionRegistration
 from broker.storage import Log
 
 
+@dataclass(frozen=True)
+class IsrProposal:
+    """An ISR change to write (Kafka's AlterPartition): conditional on the partition epoch
+    it was proposed at, whatever the partition has seen since."""
+
+    expected_partition_epoch: int
+    previous_isr: tuple[int, ...]
+    registration: PartitionRegistration
+
+    @property
+    def isr(self) -> tuple[int, ...]:
+        return self.registration.isr
+
+    @property
+    def expands(self) -> bool:
+        return len(self.isr) > len(self.previous_isr)
+
+
 @dataclass
 class FollowerState:
     """What the leader knows of one follower (Kafka's Replica)."""
@@ -46,9 +64,8 @@ class Partition:
         self.node_id = node_id
         self.registration = registration
         self.followers: dict[int, FollowerState] = {}
-        # An ISR change written but not yet seen committed, and the partition epoch it was
-        # written against.
-        self.pending_isr: tuple[int, ...] | None = None
+        # An ISR change written but not yet seen committed.
+        self.pending: IsrProposal | None = None
         self.leader_epoch_start_offset = -1
         # A follower's distance behind the leader's high watermark at its last fetch.
         self.follower_lag: int | None = None
@@ -74,8 +91,8 @@ class Partition:
         if registration.partition_epoch < old.partition_epoch:
             return False  # an older view arriving late
         self.registration = registration
-        if self.pending_isr is not None and registration.partition_epoch != old.partition_epoch:
-            self.pending_isr = None  # committed or overtaken: the store's word stands
+        if self.pending is not None and registration.partition_epoch != old.partition_epoch:
+            self.pending = None  # committed or overtaken: the store's word stands
         became_leader = registration.leader == self.node_id and (
             old.leader != self.node_id or old.leader_epoch != registration.leader_epoch
         )
@@ -103,7 +120,7 @@ class Partition:
             for r in self.registration.replicas
             if r != self.node_id
         }
-        self.pending_isr = None
+        self.pending = None
 
     # -- the leader's view -------------------------------------------------------------------
 
@@ -111,8 +128,8 @@ class Partition:
     def maximal_isr(self) -> set[int]:
         """The ISR the HW counts: the committed one, with a pending change's members too."""
         isr = set(self.registration.isr)
-        if self.pending_isr is not None:
-            isr |= set(self.pending_isr)
+        if self.pending is not None:
+            isr |= set(self.pending.isr)
         return isr
 
     def record_follower_fetch(
@@ -137,7 +154,7 @@ class Partition:
         epoch's start, so it can never have missed an acknowledged write; and only if
         `eligible(replica, broker_epoch)`: unfenced, and fetching as the broker's current
         incarnation (KIP-903: not a former process of it that lost its disk)."""
-        if self.pending_isr is not None or not self.is_leader:
+        if self.pending is not None or not self.is_leader:
             return None
         isr = self.registration.isr
         joining = [
@@ -152,7 +169,7 @@ class Partition:
 
     def isr_shrink(self, now_ms: int, lag_max_ms: int) -> tuple[int, ...] | None:
         """The ISR without the followers that fell behind for longer than `lag_max_ms`."""
-        if self.pending_isr is not None or not self.is_leader:
+        if self.pending is not None or not self.is_leader:
             return None
         isr = self.registration.isr
         leader_end = self.log.log_end_offset
@@ -168,13 +185,21 @@ class Partition:
         }
         return tuple(r for r in isr if r not in out) if out else None
 
-    def propose_isr(self, isr: tuple[int, ...]) -> PartitionRegistration:
-        """The registration to write for an ISR change; the HW counts both ISRs meanwhile."""
-        self.pending_isr = isr
-        return self.registration.with_isr(isr)
+    @property
+    def pending_isr(self) -> tuple[int, ...] | None:
+        return None if self.pending is None else self.pending.isr
 
-    def proposal_failed(self) -> None:
-        self.pending_isr = None
+    def propose_isr(self, isr: tuple[int, ...]) -> IsrProposal:
+        """The ISR change to write; the HW counts both ISRs meanwhile."""
+        old = self.registration
+        self.pending = IsrProposal(old.partition_epoch, old.isr, old.with_isr(isr))
+        return self.pending
+
+    def proposal_failed(self, proposal: IsrProposal) -> None:
+        # Only this proposal's: one overtaken by a registration change may fail after a
+        # newer proposal was made, which the HW must go on counting.
+        if self.pending is proposal:
+            self.pending = None
 
     def maybe_increment_high_watermark(self) -> int | None:
         """Move the HW to the smallest log end offset of the (maximal) ISR; returns how many

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from broker.apis.registry import API_SPECS, CONSUMER_PROTOCOL_APIS
 from broker.config import BrokerConfig, render, validate_dynamic_broker_configs
-from broker.controller.elections import place_replicas
+from broker.controller.placement import assigned_replicas, place_replicas
 from broker.coordinator.config import GroupCoordinatorConfig
 from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.coordinator.transaction_coordinator import (
@@ -328,10 +328,14 @@ class Broker:
     def run_blocking(self, fn, *args) -> asyncio.Future:
         """Run blocking work (fsync, file creation) in a thread. A cancelled caller stops
         waiting, not the work; stop() waits for whatever is still running."""
+        return asyncio.shield(self.start_blocking(fn, *args))
+
+    def start_blocking(self, fn, *args) -> asyncio.Future:
+        """run_blocking's work itself: done when the thread is, whoever stopped waiting."""
         future = asyncio.ensure_future(asyncio.to_thread(fn, *args))
         self._blocking.add(future)
         future.add_done_callback(self._blocking.discard)
-        return asyncio.shield(future)
+        return future
 
     async def _in_metadata_thread(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._metadata_thread, fn, *args)
@@ -490,13 +494,7 @@ class Broker:
                 return existing
             topic = TopicMetadata(name, uuid.uuid4(), partitions, dict(configs))
             if self.cluster is not None:
-                if assignment is not None:
-                    placed = {
-                        i: PartitionRegistration(tuple(r), tuple(r), r[0])
-                        for i, r in enumerate(assignment)
-                    }
-                else:
-                    placed = place_replicas(self.usable_brokers(), partitions, replication_factor)
+                placed = self._placement(assignment, partitions, replication_factor)
                 try:
                     await self._in_metadata_thread(self.store.create_topic, topic, placed)
                 except TopicExistsError:
@@ -509,6 +507,18 @@ class Broker:
             log.info("created topic %s with %d partition(s)", name, partitions)
             self._topics_changed()
             return topic
+
+    def _placement(
+        self,
+        assignment: list[tuple[int, ...]] | None,
+        partitions: int,
+        replication: int,
+        first_partition: int = 0,
+    ) -> dict[int, PartitionRegistration]:
+        usable = self.usable_brokers()
+        if assignment is not None:
+            return assigned_replicas(assignment, usable, first_partition)
+        return place_replicas(usable, partitions, replication, first_partition)
 
     async def auto_create_topic(self, name: str) -> TopicMetadata | None:
         """A topic created because a client asked Metadata for it: default.replication.factor
@@ -545,13 +555,16 @@ class Broker:
         self._topics_changed()
 
     @_completes_when_cancelled
-    async def add_partitions(self, name: str, count: int) -> None:
+    async def add_partitions(
+        self, name: str, count: int, assignment: list[tuple[int, ...]] | None = None
+    ) -> None:
+        """Grow the topic to `count` partitions, the new ones placed as in create_topic."""
         async with self._metadata_lock:
             topic = self.image.topic(name)
             if self.cluster is not None:
-                replication = len(self.image.partition(name, 0).replicas)
-                placed = place_replicas(
-                    self.usable_brokers(), count - topic.partitions, replication, topic.partitions
+                replication = self.image.partition(name, 0).replication_factor
+                placed = self._placement(
+                    assignment, count - topic.partitions, replication, topic.partitions
                 )
                 await self._in_metadata_thread(self.store.set_partitions, name, count, placed)
                 await self.cluster.catch_up()

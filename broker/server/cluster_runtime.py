@@ -31,7 +31,7 @@ from broker.metadata.cluster import BrokerRegistration
 from broker.metadata.features import DEFAULT_LEVELS, FinalizedFeatures
 from broker.metadata.store import MetadataStoreUnavailable
 from broker.quota.client_quotas import ClientQuotas
-from broker.replication.partition import Partition
+from broker.replication.partition import IsrProposal, Partition
 from broker.security.authorizer import StandardAuthorizer, parse_super_users
 from broker.server.replica_fetcher import ReplicaFetcherManager
 
@@ -221,6 +221,7 @@ class ClusterRuntime:
         await broker.run_blocking(rm.open_partitions, topic)
         if configs_changed:
             rm.reconfigure([topic])
+        await self.fetchers.truncations.finished(name)
         led, followed, removed = rm.apply_registrations(topic, _now_ms())
         # Before anything awaits: a fetch from the former leader still out must not append
         # to a log this broker now leads.
@@ -320,17 +321,19 @@ class ClusterRuntime:
         refused if this broker lost the controller lease meanwhile."""
         if self.controller_epoch is None:
             return [False] * len(changes)
+        image = self.broker.image
+        # Read before the write: the topic may be gone from the image once it is done.
+        elections = [
+            (reg := image.partition(t, i)) is not None and new.leader != reg.leader
+            for t, i, _, new in changes
+        ]
         applied = await self.meta(
             self.store.controller_alter_partitions,
             (self.broker.node_id, self.controller_epoch),
             changes,
         )
         self.broker.metrics.leader_elections.inc(
-            sum(
-                1
-                for (t, i, _, new), ok in zip(changes, applied, strict=True)
-                if ok and new.leader != self.broker.image.partition(t, i).leader
-            )
+            sum(1 for ok, elected in zip(applied, elections, strict=True) if ok and elected)
         )
         await self.catch_up()
         return applied
@@ -380,30 +383,33 @@ class ClusterRuntime:
     # -- ISR changes (the leader's) ------------------------------------------------------------
 
     def _schedule_isr_change(self, partition: Partition, isr: tuple[int, ...]) -> None:
-        new = partition.propose_isr(isr)
-        task = asyncio.create_task(self._write_isr(partition, new))
+        proposal = partition.propose_isr(isr)
+        task = asyncio.create_task(self._write_isr(partition, proposal))
         self.broker._blocking.add(task)
         task.add_done_callback(self.broker._blocking.discard)
 
-    async def _write_isr(self, partition: Partition, new) -> None:
-        expected = partition.registration.partition_epoch
+    async def _write_isr(self, partition: Partition, proposal: IsrProposal) -> None:
         rm = self.broker.replica_manager
+        new = proposal.registration
         try:
             applied, _ = await self.meta(
-                self.store.alter_partition, partition.topic, partition.index, expected, new
+                self.store.alter_partition,
+                partition.topic,
+                partition.index,
+                proposal.expected_partition_epoch,
+                new,
             )
         except MetadataStoreUnavailable as e:
             log.warning("%s-%d: ISR change not written: %s", *partition.tp, e)
-            partition.proposal_failed()
+            partition.proposal_failed(proposal)
             return
         if not applied:
-            partition.proposal_failed()
+            partition.proposal_failed(proposal)
             await self.catch_up()
             return
-        grew = len(new.isr) > len(partition.registration.isr)
         self.broker.image.set_registration(partition.topic, partition.index, new)
         partition.update(new, _now_ms())
-        if grew:
+        if proposal.expands:
             self.broker.metrics.isr_expands.inc()
         else:
             self.broker.metrics.isr_shrinks.inc()

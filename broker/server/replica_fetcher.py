@@ -39,12 +39,39 @@ LEADERSHIP_ERRORS = frozenset(
 )
 
 
+class Truncations:
+    """Follower truncations running (blocking work in a thread). A partition about to be led
+    here waits for its own to end, as Kafka's makeLeader waits for the fetcher it removes the
+    partition from: else the new epoch would start at a log end the truncation then cuts
+    below, or the leader's first appends be cut with it."""
+
+    def __init__(self, broker) -> None:
+        self.broker = broker
+        self._running: dict[tuple[str, int], asyncio.Future] = {}
+
+    def run(self, tp: tuple[str, int], fn, *args) -> asyncio.Future:
+        work = self._running[tp] = self.broker.start_blocking(fn, *args)
+        work.add_done_callback(
+            lambda done: self._running.pop(tp) if self._running.get(tp) is done else None
+        )
+        return asyncio.shield(work)
+
+    async def finished(self, topic: str) -> None:
+        """Once no truncation of `topic`'s partitions runs (checked last with nothing
+        awaited after, so the caller may act on it before anything else runs)."""
+        while running := [
+            work for (t, _), work in self._running.items() if t == topic and not work.done()
+        ]:
+            await asyncio.wait(running)
+
+
 class ReplicaFetcher:
     """Fetches from one leader until it has no partition left to follow."""
 
-    def __init__(self, broker, leader_id: int) -> None:
+    def __init__(self, broker, leader_id: int, truncations: Truncations) -> None:
         self.broker = broker
         self.leader_id = leader_id
+        self.truncations = truncations
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._changed = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -151,8 +178,8 @@ class ReplicaFetcher:
                     diverging.epoch,
                     diverging.end_offset,
                 )
-                await self.broker.run_blocking(
-                    self.broker.log_manager.truncate_to, *partition.tp, offset
+                await self.truncations.run(
+                    partition.tp, self.broker.log_manager.truncate_to, *partition.tp, offset
                 )
                 return 0.0
             if p.records:
@@ -165,7 +192,8 @@ class ReplicaFetcher:
             # The leader no longer has what we would fetch next (a log emptied, or far
             # behind a leader whose retention moved on): start over at its log start.
             log.info("%s-%d: starting over at offset %d", *partition.tp, p.log_start_offset)
-            await self.broker.run_blocking(
+            await self.truncations.run(
+                partition.tp,
                 self.broker.log_manager.truncate_fully_and_start_at,
                 *partition.tp,
                 p.log_start_offset,
@@ -225,6 +253,7 @@ class ReplicaFetcherManager:
         self.broker = broker
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._fetcher_of: dict[tuple[str, int], int] = {}
+        self.truncations = Truncations(broker)
 
     def follow(self, partition: Partition) -> None:
         leader = partition.registration.leader
@@ -233,7 +262,7 @@ class ReplicaFetcherManager:
             return
         fetcher = self.fetchers.get(leader)
         if fetcher is None:
-            fetcher = self.fetchers[leader] = ReplicaFetcher(self.broker, leader)
+            fetcher = self.fetchers[leader] = ReplicaFetcher(self.broker, leader, self.truncations)
         fetcher.add(partition)
         self._fetcher_of[partition.tp] = leader
 

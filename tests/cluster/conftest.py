@@ -6,13 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
-from harness import Cluster, postgres_answers, skip_unless_cluster_mode
+from harness import Cluster, assert_formed, skip_without_postgres
 
 
 @pytest.fixture
 def postgres() -> None:
-    if not postgres_answers():
-        pytest.skip("nothing answers on 127.0.0.1:5432 (tests/services.sh up starts one)")
+    skip_without_postgres()
 
 
 @pytest.fixture
@@ -34,14 +33,11 @@ def make_cluster(tmp_path, postgres):
 
 @pytest.fixture
 def make_formed_cluster(make_cluster):
-    """make_cluster for the tests of cluster mode itself (issue 16). Until it lands they skip:
-    the broker either refuses metadata.store.url as an unknown setting, or accepts it and
-    goes on alone with its embedded store, creating none of the cluster's tables."""
+    """make_cluster, and the brokers must have formed the cluster in its database."""
 
     def make(size: int = 3, overrides: Sequence[str] = (), network: str = "auto") -> Cluster:
-        skip_unless_cluster_mode()
         cluster = make_cluster(size, overrides, network)
-        skip_unless_cluster_mode(cluster)
+        assert_formed(cluster)
         return cluster
 
     return make

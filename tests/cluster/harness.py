@@ -38,7 +38,6 @@ from polling import wait_for
 from postgres_database import ADMIN_URL, throwaway_database
 from raw_client import SIZE, RawClient
 
-from broker.config import BROKER_CONFIGS
 from broker.protocol import codec
 
 POSTGRES = ("127.0.0.1", 5432)
@@ -65,26 +64,15 @@ def postgres_answers() -> bool:
         return False
 
 
-def cluster_config_known() -> bool:
-    """Whether the broker has cluster mode's setting at all (it refuses unknown settings)."""
-    return "metadata.store.url" in BROKER_CONFIGS
+def skip_without_postgres() -> None:
+    if not postgres_answers():
+        pytest.skip("nothing answers on 127.0.0.1:5432 (tests/services.sh up starts one)")
 
 
-def skip_unless_cluster_mode(cluster: Cluster | None = None) -> None:
-    """Skip the test unless cluster mode can run here: before a cluster starts (no
-    `cluster`), unless PostgreSQL answers and the broker has cluster mode's setting; once
-    `cluster` started, unless its brokers created their tables in its database (a broker
-    that accepts metadata.store.url but goes on alone with its embedded store creates none)."""
-    if cluster is None:
-        if not postgres_answers():
-            pytest.skip("nothing answers on 127.0.0.1:5432 (tests/services.sh up starts one)")
-        if not cluster_config_known():
-            pytest.skip("the broker has no metadata.store.url setting yet (cluster mode)")
-    elif not cluster.store_tables():
-        pytest.skip(
-            "the brokers accept metadata.store.url but created no fjord_meta_ tables in "
-            "its database: cluster mode is not wired in yet"
-        )
+def assert_formed(cluster: Cluster) -> None:
+    """The brokers joined the cluster: they created its tables in its database (a broker
+    that went on alone with an embedded store would create none)."""
+    assert cluster.store_tables(), "the brokers created no fjord_meta_ tables: no cluster formed"
 
 
 def _run(*args: str, stdin: str | None = None) -> str:

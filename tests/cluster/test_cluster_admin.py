@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import NewPartitions
 from harness import FAST_FAILOVER_OVERRIDES, wait_for
 from kafka_requests import ms, req
 from kio.schema.errors import ErrorCode
@@ -164,3 +167,44 @@ def test_a_reassignment_moves_the_data_and_drops_the_old_replica(make_formed_clu
     # Nothing to cancel once done.
     cancel = ask(cluster, controller, reassign(topic, 0, None))
     assert cancel.responses[0].partitions[0].error_code == ErrorCode.no_reassignment_in_progress
+
+
+def test_new_partitions_go_where_named_or_onto_enough_usable_brokers(make_formed_cluster):
+    cluster = make_formed_cluster(3, FAST_FAILOVER_OVERRIDES, network="loopback")
+    cluster.wait_for_brokers()
+    topic = f"grow-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, 1, 3)
+    cluster.wait_for_leaders(topic, min_isr=3)
+
+    def grow(count: int, assignment: list[list[int]] | None = None) -> None:
+        new = NewPartitions(topic, count, *([assignment] if assignment else []))
+        cluster.admin().create_partitions([new], operation_timeout=30)[topic].result(timeout=60)
+
+    def refused(count: int, assignment: list[list[int]] | None = None) -> int:
+        with pytest.raises(KafkaException) as refusal:
+            grow(count, assignment)
+        return refusal.value.args[0].code()
+
+    grow(2, [[3, 1, 2]])
+    placed = cluster.wait_for_leaders(topic, min_isr=3)
+    assert placed[1].replicas == (3, 1, 2) and placed[1].leader == 3
+    assert refused(3, [[1, 2]]) == KafkaError.INVALID_REPLICA_ASSIGNMENT  # 2 replicas, not 3
+    assert refused(3, [[1, 1, 2]]) == KafkaError.INVALID_REPLICA_ASSIGNMENT
+    assert refused(3, [[1, 2, 9]]) == KafkaError.INVALID_REPLICA_ASSIGNMENT
+
+    # With broker 2 gone, three replicas cannot be placed on the two left (rather than
+    # placing one broker twice); named by hand, broker 2 is a replica out of the ISR.
+    cluster.stop(2)
+    wait_for(
+        lambda: all(set(cluster.metadata_from(n).brokers) == {1, 3} for n in cluster.alive()),
+        30,
+        "every broker to see broker 2 gone",
+    )
+    assert refused(3) == KafkaError.INVALID_REPLICATION_FACTOR
+    grow(3, [[2, 1, 3]])
+    placed = cluster.wait_for_leaders(topic, min_isr=2)
+    assert placed[2].replicas == (2, 1, 3) and placed[2].leader == 1
+    assert set(placed[2].isr) == {1, 3}
+    # Back, it catches up and joins the ISR of the partition created without it.
+    cluster.restart(2)
+    assert set(cluster.wait_for_leaders(topic, min_isr=3)[2].isr) == {1, 2, 3}

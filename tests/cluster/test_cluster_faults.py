@@ -24,7 +24,7 @@ from broker_process import FAST_GROUP_OVERRIDES
 from checker import READ_COMMITTED, READ_UNCOMMITTED, Send, check
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from harness import Cluster, MetadataView, skip_unless_cluster_mode, wait_for
+from harness import Cluster, MetadataView, assert_formed, skip_without_postgres, wait_for
 from kafka_requests import req
 from workload import (
     GroupConsumers,
@@ -63,11 +63,11 @@ pytestmark = pytest.mark.timeout(1200 if SOAK else 300)
 
 @pytest.fixture(scope="module")
 def shared_cluster(tmp_path_factory):
-    skip_unless_cluster_mode()
+    skip_without_postgres()
     cluster = Cluster(tmp_path_factory.mktemp("faults"), 3, OVERRIDES)
     cluster.start()
     try:
-        skip_unless_cluster_mode(cluster)
+        assert_formed(cluster)
         cluster.wait_for_brokers()
         yield cluster
     finally:

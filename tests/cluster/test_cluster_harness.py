@@ -23,7 +23,6 @@ from harness import (
     Network,
     ProxyLoop,
     StoreProxy,
-    cluster_config_known,
     netns_unsupported,
     wait_for,
 )
@@ -158,8 +157,6 @@ def test_a_failed_start_leaves_nothing_behind(tmp_path, postgres, network):
 def test_fault_operations_act_on_the_broker_processes(make_cluster, network):
     """kill, restart, pause, resume, stop and wipe, on brokers that need not form a cluster:
     they only have to accept their settings."""
-    if not cluster_config_known():
-        pytest.skip("the broker has no metadata.store.url setting yet (cluster mode)")
     cluster = make_cluster(3, network=network)
     assert cluster.alive() == [1, 2, 3]
 
@@ -196,8 +193,6 @@ def test_fault_operations_act_on_the_broker_processes(make_cluster, network):
 
 
 def test_partitions_and_store_cuts_on_a_cluster(make_cluster, netns):
-    if not cluster_config_known():
-        pytest.skip("the broker has no metadata.store.url setting yet (cluster mode)")
     cluster = make_cluster(3, network="netns")
     net = cluster.network
     with pytest.raises(ValueError, match="exactly once"):

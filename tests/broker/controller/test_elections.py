@@ -5,7 +5,6 @@ placement of new partitions, as functions of a metadata image."""
 from __future__ import annotations
 
 import uuid
-from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -16,7 +15,6 @@ from broker.controller.elections import (
     cancel_reassignment,
     changed_registration,
     partition_changes,
-    place_replicas,
     preferred_election,
     preferred_leader_changes,
     reassign,
@@ -466,38 +464,3 @@ def test_a_reassignment_keeps_the_isr_and_the_leader_among_the_replicas(r, targe
         [(name, index, expected, done)] = changes
         assert (name, index, expected) == ("t", 0, moving.partition_epoch)
         check(done, tuple(target))
-
-
-# -- placement ----------------------------------------------------------------------------------
-
-
-@given(
-    brokers=st.lists(st.integers(0, 1000), min_size=1, max_size=12, unique=True),
-    data=st.data(),
-)
-def test_place_replicas_stripes_replicas_and_leadership_evenly(brokers, data):
-    replication = data.draw(st.integers(1, len(brokers)), label="replication")
-    partitions = data.draw(st.integers(1, 60), label="partitions")
-    first = data.draw(st.integers(0, 30), label="first_partition")
-    placed = place_replicas(brokers, partitions, replication, first)
-    assert sorted(placed) == list(range(first, first + partitions))
-    ordered = sorted(brokers)
-    for r in placed.values():
-        assert len(r.replicas) == replication and len(set(r.replicas)) == replication
-        assert set(r.replicas) <= set(brokers)
-        # New partitions are empty: every replica is in sync, the first leads.
-        assert r.isr == r.replicas and r.leader == r.preferred_leader == r.replicas[0]
-        assert (r.leader_epoch, r.partition_epoch) == (0, 0)
-        assert (r.adding_replicas, r.removing_replicas) == ((), ())
-        # The followers are the brokers after the leader.
-        at = ordered.index(r.leader)
-        assert r.replicas == tuple(ordered[(at + i) % len(ordered)] for i in range(replication))
-    # Leaders go round the brokers, partition after partition.
-    for index in range(first, first + partitions - 1):
-        at = ordered.index(placed[index].leader)
-        assert placed[index + 1].leader == ordered[(at + 1) % len(ordered)]
-    # So every broker leads (and is the n-th replica of) as many partitions as any other, +-1.
-    for position in range(replication):
-        counts = Counter(r.replicas[position] for r in placed.values())
-        per_broker = [counts[b] for b in brokers]
-        assert max(per_broker) - min(per_broker) <= 1

@@ -269,9 +269,9 @@ def test_the_leader_never_shrinks_itself_out(log):
 
 def test_no_shrink_while_a_proposal_is_pending_or_as_follower(log):
     p = leader_partition(log)
-    p.propose_isr((1, 2, 3))
+    proposal = p.propose_isr((1, 2, 3))
     assert p.isr_shrink(T0 + 10 * LAG, LAG) is None
-    p.proposal_failed()
+    p.proposal_failed(proposal)
     assert p.isr_shrink(T0 + 10 * LAG, LAG) == (1,)
     p.update(p.registration.with_leader(2, (2, 3)), T0)
     assert p.isr_shrink(T0 + 10 * LAG, LAG) is None
@@ -336,9 +336,9 @@ def test_a_follower_rejoins_only_when_eligible(log):
 def test_no_expansion_while_a_proposal_is_pending(log):
     p = leader_partition(log, isr=(1,))
     p.record_follower_fetch(2, 7, 0, T0)
-    p.propose_isr((1,))
+    proposal = p.propose_isr((1,))
     assert p.isr_expansion(always) is None
-    p.proposal_failed()
+    p.proposal_failed(proposal)
     assert p.isr_expansion(always) == (1, 2)
 
 
@@ -447,8 +447,10 @@ def test_a_pending_shrink_still_waits_for_the_follower_leaving(log):
     p.record_follower_fetch(3, 7, 2, T0)
     commit(p)
     assert log.high_watermark == 2
-    proposed = p.propose_isr((1, 2))
+    proposal = p.propose_isr((1, 2))
+    proposed = proposal.registration
     assert proposed == replace(p.registration, isr=(1, 2), partition_epoch=2)
+    assert proposal.expected_partition_epoch == 1 and not proposal.expands
     assert p.pending_isr == (1, 2) and p.maximal_isr == {1, 2, 3}
     assert commit(p) is None and log.high_watermark == 2
     # The same registration again (no new partition epoch): still pending.
@@ -466,13 +468,13 @@ def test_a_pending_expansion_already_waits_for_the_follower_joining(log):
     caught_up(log, p, 2, 3)
     commit(p)
     assert p.isr_expansion(always) == (1, 2, 3)
-    p.propose_isr((1, 2, 3))
-    assert p.maximal_isr == {1, 2, 3}
+    proposal = p.propose_isr((1, 2, 3))
+    assert proposal.expands and p.maximal_isr == {1, 2, 3}
     append(log, 2, epoch=1)
     caught_up(log, p, 2)
     assert commit(p) is None and log.high_watermark == 2  # 3 has not got 2..3
     # The proposal failed: the registration's ISR stands, without 3.
-    p.proposal_failed()
+    p.proposal_failed(proposal)
     assert p.pending_isr is None and p.maximal_isr == {1, 2}
     assert commit(p) is not None and log.high_watermark == 4
 
@@ -484,6 +486,31 @@ def test_a_proposal_overtaken_by_another_change_is_dropped(log):
     assert not p.update(controllers, T0)
     assert p.pending_isr is None and p.registration.isr == (1, 3)
     assert p.maximal_isr == {1, 3}
+
+
+def test_a_proposal_is_conditional_on_the_epoch_it_was_made_at(log):
+    # Written after the controller's change, it must be refused, not restore the ISR the
+    # controller shrank: its expected epoch is the one it was proposed at.
+    p = leader_partition(log)
+    proposal = p.propose_isr((1, 2))
+    assert not p.update(p.registration.with_isr((1, 3)), T0)
+    assert p.registration.partition_epoch == 2
+    assert proposal.expected_partition_epoch == 1
+
+
+def test_an_overtaken_proposal_failing_leaves_a_newer_one_pending(log):
+    p = leader_partition(log, isr=(1, 2))
+    append(log, 2, epoch=1)
+    caught_up(log, p, 2, 3)
+    commit(p)
+    stale = p.propose_isr((1,))
+    assert not p.update(p.registration.with_isr((1, 2)), T0)  # overtaken: dropped
+    newer = p.propose_isr((1, 2, 3))
+    p.proposal_failed(stale)  # the stale write's refusal arrives now
+    assert p.pending is newer and p.maximal_isr == {1, 2, 3}
+    append(log, 2, epoch=1)
+    caught_up(log, p, 2)
+    assert commit(p) is None and log.high_watermark == 2  # 3 still counted
 
 
 # -- acks=all -----------------------------------------------------------------------------------
@@ -515,14 +542,14 @@ def test_acks_all_counts_the_maximal_isr(log):
     p = leader_partition(log, isr=(1,))
     append(log, 2, epoch=1)
     caught_up(log, p, 2)
-    p.propose_isr(p.isr_expansion(always))  # (1, 2), not committed yet
+    proposal = p.propose_isr(p.isr_expansion(always))  # (1, 2), not committed yet
     append(log, 1, epoch=1)
     caught_up(log, p, 2)
     assert commit(p) is not None and log.high_watermark == 3  # 2 has it
     assert p.acks_all_error(3, min_isr=2) == ErrorCode.none
     assert p.acks_all_error(3, min_isr=3) == ErrorCode.not_enough_replicas_after_append
     # The expansion failed: the committed ISR (1) is all there is again.
-    p.proposal_failed()
+    p.proposal_failed(proposal)
     assert p.acks_all_error(3, min_isr=2) == ErrorCode.not_enough_replicas_after_append
 
 
