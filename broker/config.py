@@ -627,7 +627,8 @@ SECURITY_CONFIGS = [
         "ssl.truststore.location",
         "string",
         None,
-        "A PEM file of CA certificates that client certificates are verified against.",
+        "A PEM file of CA certificates that client certificates are verified against (and, "
+        "on the inter-broker listener, the other brokers' certificates).",
     ),
     ConfigDef(
         "ssl.truststore.certificates",
@@ -642,6 +643,14 @@ SECURITY_CONFIGS = [
         "Whether SSL clients must (required), may (requested) or do not (none) present a "
         "certificate.",
         one_of(*CLIENT_AUTH_VALUES),
+    ),
+    ConfigDef(
+        "ssl.endpoint.identification.algorithm",
+        "string",
+        "https",
+        "How a broker connecting to another broker's SSL listener checks the host name in its "
+        "certificate: https (it must name the host connected to) or empty (not checked).",
+        one_of("https", ""),
     ),
     ConfigDef(
         "ssl.principal.mapping.rules",
@@ -1039,6 +1048,24 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             at_least(0),
         ),
         ConfigDef(
+            "inter.broker.listener.name",
+            "string",
+            None,
+            "The listener the brokers of a cluster connect to each other on (followers' "
+            "fetches, transaction markers), with its security protocol; unset, the first of "
+            "listeners.",
+        ),
+        ConfigDef(
+            "sasl.mechanism.inter.broker.protocol",
+            "string",
+            # Kafka's default is GSSAPI, which Fjord does not implement.
+            "PLAIN",
+            "The SASL mechanism brokers authenticate to each other with on a SASL inter-broker "
+            "listener; a broker's own credentials are the username and password options of "
+            "that listener's JAAS config for the mechanism.",
+            one_of(*SASL_MECHANISMS),
+        ),
+        ConfigDef(
             "authorizer.class.name",
             "string",
             "",
@@ -1116,6 +1143,16 @@ class BrokerConfig:
                     f"Invalid value for configuration listeners: no security protocol defined "
                     f"for listener {name} in listener.security.protocol.map"
                 )
+        names = [name for name, _, _ in self.advertised_listeners()]
+        if (
+            self["inter.broker.listener.name"] is not None
+            and self.inter_broker_listener not in names
+        ):
+            raise ConfigError(
+                "inter.broker.listener.name must be a listener name defined in "
+                "advertised.listeners. The valid options based on currently configured "
+                f"listeners are {','.join(names)}"
+            )
 
     def _set_listener_override(self, key: str, raw: str) -> None:
         """listener.name.<listener>.<property> (or .<mechanism>.sasl.jaas.config)."""
@@ -1167,6 +1204,17 @@ class BrokerConfig:
 
     def listeners(self) -> list[tuple[str, str, int]]:
         return [_split_listener(item) for item in self["listeners"]]  # type: ignore[union-attr]
+
+    @property
+    def inter_broker_listener(self) -> str:
+        """The listener other brokers are reached on: inter.broker.listener.name, or the
+        first of listeners."""
+        name = self["inter.broker.listener.name"]
+        if not name:
+            return self.listeners()[0][0]
+        # Kafka's listener names are case-insensitive (ListenerName.normalised).
+        named = [n for n, _, _ in self.advertised_listeners() if n.upper() == str(name).upper()]
+        return named[0] if named else str(name)
 
     def advertised_listeners(self) -> list[tuple[str, str, int]]:
         advertised = self["advertised.listeners"]

@@ -7,12 +7,20 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass
 
+from broker.client.session import Security
 from broker.config import BrokerConfig, ConfigError
-from broker.security.jaas import JaasConfigError, parse_jaas_config
+from broker.security.jaas import JaasConfigError, LoginModule, parse_jaas_config
 from broker.security.plain import PLAIN_LOGIN_MODULE, PlainSaslServer, plain_users
 from broker.security.sasl import SaslServerAuthenticator
 from broker.security.scram import CredentialLookup, ScramMechanism, ScramSaslServer
-from broker.security.tls import SslConfigError, SslPrincipalMapper, server_context
+from broker.security.tls import (
+    SslConfigError,
+    SslPrincipalMapper,
+    client_context,
+    server_context,
+)
+
+SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
 
 @dataclass(frozen=True)
@@ -66,15 +74,54 @@ def _ssl_setting(config: BrokerConfig, listener: str, protocol: str, prop: str) 
 
 
 def _plain_users(config: BrokerConfig, listener: str) -> dict[str, str]:
-    text = config.listener_value(listener, "plain.sasl.jaas.config", prefixed_only=True)
+    return plain_users(_login_module(config, listener, "PLAIN", "enables SASL/PLAIN"))
+
+
+def _login_module(config: BrokerConfig, listener: str, mechanism: str, why: str) -> LoginModule:
+    """The listener's JAAS login module for `mechanism`: its own
+    listener.name.<l>.<mechanism>.sasl.jaas.config, else the broker-wide sasl.jaas.config."""
+    wanted = PLAIN_LOGIN_MODULE if mechanism == "PLAIN" else SCRAM_LOGIN_MODULE
+    prefixed = f"{mechanism.lower()}.sasl.jaas.config"
+    text = config.listener_value(listener, prefixed, prefixed_only=True)
     text = text or config["sasl.jaas.config"]
     if not text:
         raise ConfigError(
-            f"Listener {listener} enables SASL/PLAIN but neither "
-            f"listener.name.{listener.lower()}.plain.sasl.jaas.config nor sasl.jaas.config "
-            f"configures {PLAIN_LOGIN_MODULE}"
+            f"Listener {listener} {why} but neither listener.name.{listener.lower()}.{prefixed} "
+            f"nor sasl.jaas.config configures {wanted}"
         )
     module = parse_jaas_config(str(text))
-    if module.class_name != PLAIN_LOGIN_MODULE:
-        raise JaasConfigError(f"SASL/PLAIN needs {PLAIN_LOGIN_MODULE}, not {module.class_name}")
-    return plain_users(module)
+    if module.class_name != wanted:
+        raise JaasConfigError(f"SASL/{mechanism} needs {wanted}, not {module.class_name}")
+    return module
+
+
+def inter_broker_security(config: BrokerConfig) -> Security:
+    """How this broker connects to the others (Kafka's inter-broker client): on the
+    inter-broker listener's protocol, trusting its trust store, and for SASL with
+    sasl.mechanism.inter.broker.protocol and the username and password options of the
+    listener's JAAS config for that mechanism (which, for PLAIN, must also list the user)."""
+    name = config.inter_broker_listener
+    protocol = config.listener_security_protocols()[name]
+    ssl_context = None
+    mechanism, username, password = "PLAIN", None, None
+    try:
+        if protocol in ("SSL", "SASL_SSL"):
+            ssl_context = client_context(lambda prop: _ssl_setting(config, name, protocol, prop))
+        if protocol.startswith("SASL_"):
+            mechanism = str(config["sasl.mechanism.inter.broker.protocol"])
+            if mechanism not in config.listener_value(name, "sasl.enabled.mechanisms"):  # type: ignore[operator]
+                raise ConfigError(
+                    "sasl.mechanism.inter.broker.protocol must be included in "
+                    "sasl.enabled.mechanisms when SASL is used for inter-broker communication"
+                )
+            why = "is the inter-broker listener"
+            options = _login_module(config, name, mechanism, why).options
+            username, password = options.get("username"), options.get("password")
+            if username is None or password is None:
+                raise JaasConfigError(
+                    f"the JAAS config of the inter-broker listener {name} for {mechanism} "
+                    "needs username and password options: the broker's own credentials"
+                )
+    except (SslConfigError, JaasConfigError) as e:
+        raise ConfigError(f"Listener {name}: {e}") from e
+    return Security(protocol, ssl_context, mechanism, username, password)

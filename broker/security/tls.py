@@ -27,12 +27,34 @@ class SslConfigError(ValueError):
 def server_context(setting: Callable[[str], object]) -> ssl.SSLContext:
     """A server context from the listener's `ssl.*` values (`setting(name)` resolves the
     `listener.name.<l>.` prefix). Only PEM stores: Python's ssl module reads no JKS/PKCS12."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    _load_stores(ctx, setting, key_store_required=True)
+    ctx.verify_mode = CLIENT_AUTH[str(setting("ssl.client.auth"))]
+    return ctx
+
+
+def client_context(setting: Callable[[str], object]) -> ssl.SSLContext:
+    """The context a broker connects to another broker's listener with, from that listener's
+    `ssl.*` values, as Kafka's inter-broker client uses them: the peer's certificate checked
+    against the trust store (the system's when none is set) and its host name unless
+    ssl.endpoint.identification.algorithm is empty; the key store, if any, presented to
+    listeners asking for client certificates."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    if not _load_stores(ctx, setting, key_store_required=False):
+        ctx.load_default_certs()
+    ctx.check_hostname = bool(setting("ssl.endpoint.identification.algorithm"))
+    return ctx
+
+
+def _load_stores(
+    ctx: ssl.SSLContext, setting: Callable[[str], object], key_store_required: bool
+) -> bool:
+    """Load the key store and trust store into `ctx`; whether a trust store was set."""
     for store in ("ssl.keystore.type", "ssl.truststore.type"):
         if setting(store) != "PEM":
             raise SslConfigError(
                 f"Invalid value {setting(store)} for configuration {store}: Fjord reads PEM only"
             )
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     location = setting("ssl.keystore.location")
     chain, key = setting("ssl.keystore.certificate.chain"), setting("ssl.keystore.key")
@@ -46,7 +68,7 @@ def server_context(setting: Callable[[str], object]) -> ssl.SSLContext:
             ctx.load_cert_chain(location, password=password)
         elif chain and key:
             _load_pem_text(ctx, str(chain), str(key), password)
-        else:
+        elif key_store_required:
             raise SslConfigError(
                 "An SSL listener needs ssl.keystore.location or both "
                 "ssl.keystore.certificate.chain and ssl.keystore.key"
@@ -61,8 +83,7 @@ def server_context(setting: Callable[[str], object]) -> ssl.SSLContext:
             ctx.load_verify_locations(cadata=str(certificates))
     except (OSError, ssl.SSLError) as e:
         raise SslConfigError(f"Cannot load the SSL key store or trust store: {e}") from e
-    ctx.verify_mode = CLIENT_AUTH[str(setting("ssl.client.auth"))]
-    return ctx
+    return bool(truststore or certificates)
 
 
 def _load_pem_text(ctx: ssl.SSLContext, chain: str, key: str, password) -> None:

@@ -38,7 +38,7 @@ from broker.metadata.store import SqliteMetadataStore
 from broker.quota.client_quotas import ClientQuotaEntity, ClientQuotas
 from broker.quota.quota_manager import BrokerQuotas
 from broker.security.authorizer import StandardAuthorizer, parse_super_users
-from broker.security.listener import listener_security
+from broker.security.listener import inter_broker_security, listener_security
 from broker.security.scram import ScramCredential, ScramMechanism
 from broker.server.cluster_runtime import ClusterRuntime
 from broker.server.connection import KafkaConnection
@@ -91,6 +91,10 @@ class Broker:
         self.listener_security = {
             name: listener_security(config, name) for name, _, _ in config.listeners()
         }
+        # How this broker connects to the others: only a cluster's brokers do.
+        self.inter_broker_security = (
+            inter_broker_security(config) if config["metadata.store.url"] else None
+        )
         self.scram_credentials: dict[tuple[str, str], ScramCredential] = {}
         self.bound: dict[str, tuple[str, int]] = {}
         self.metrics_address: tuple[str, int] | None = None
@@ -352,11 +356,6 @@ class Broker:
     def _partition_logs(self):
         for (topic, partition), log_ in self.log_manager.logs():
             yield topic, partition, log_
-
-    @property
-    def inter_broker_listener(self) -> str:
-        """The listener followers fetch through: the first one configured."""
-        return self.config.listeners()[0][0]
 
     def advertised_address(self, listener: str) -> tuple[str, int]:
         for name, host, port in self.config.advertised_listeners():

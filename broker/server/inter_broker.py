@@ -10,18 +10,20 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from broker.client.errors import KafkaAdminError
-from broker.client.session import Security, Session, open_session
+from broker.client.session import Session, open_session
 
 
 async def open_inter_broker_session(broker, node_id: int, client_id: str) -> Session:
     """A session with broker `node_id`; ConnectionError when it registered no endpoint on the
     inter-broker listener."""
     registration = broker.image.brokers.get(node_id)
-    listener = broker.inter_broker_listener
+    listener = broker.config.inter_broker_listener
     if registration is None or listener not in registration.endpoints:
         raise ConnectionError(f"broker {node_id} has no {listener} endpoint")
     host, port = registration.endpoints[listener]
-    return await open_session(host, port, Security(), client_id=f"{client_id}-{broker.node_id}")
+    return await open_session(
+        host, port, broker.inter_broker_security, client_id=f"{client_id}-{broker.node_id}"
+    )
 
 
 class InterBrokerSessions:
