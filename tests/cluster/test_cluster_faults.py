@@ -107,12 +107,13 @@ def restore(cluster: Cluster) -> None:
 
 
 def wait_for_full_isr(cluster: Cluster, timeout: float = 90) -> MetadataView:
-    """Until Metadata lists every broker and every partition of every topic (the internal ones
-    too) has a leader and all its replicas in sync."""
+    """Until every broker's Metadata lists every broker and every partition of every topic
+    (the internal ones too) with a leader and all its replicas in sync. Every broker's: a
+    zombie just resumed answers from the view it had when paused until it catches up."""
     seen: list[MetadataView | None] = [None]
 
-    def healthy() -> MetadataView | None:
-        view = seen[0] = cluster.metadata()
+    def healthy_from(node: int) -> MetadataView | None:
+        view = seen[0] = cluster.metadata_from(node)
         if view is None or set(view.brokers) != set(cluster.nodes):
             return None
         for partitions in view.topics.values():
@@ -120,6 +121,10 @@ def wait_for_full_isr(cluster: Cluster, timeout: float = 90) -> MetadataView:
                 if p.error or p.leader not in cluster.nodes or set(p.isr) != set(p.replicas):
                     return None
         return view
+
+    def healthy() -> MetadataView | None:
+        views = [healthy_from(n) for n in cluster.nodes]
+        return views[0] if all(views) else None
 
     return wait_for(healthy, timeout, "every replica in sync", lambda: seen[0])
 
