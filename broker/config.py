@@ -338,6 +338,15 @@ _TOPIC = [
         at_least(1),
         "Replicas that must acknowledge a write with acks=all.",
     ),
+    (
+        "unclean.leader.election.enable",
+        "unclean.leader.election.enable",
+        "boolean",
+        False,
+        None,
+        "In a cluster, elect a replica out of the ISR when no in-sync one is left alive, "
+        "accepting the loss of what only the others had.",
+    ),
 ]
 
 TOPIC_CONFIGS: dict[str, ConfigDef] = {
@@ -1038,6 +1047,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             "int",
             1,
             "Bytes a follower's fetch waits for.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "num.replica.fetchers",
+            "int",
+            1,
+            "Fetch sessions a follower opens to each leader; its partitions are spread over them.",
             at_least(1),
         ),
         ConfigDef(

@@ -4,26 +4,35 @@ Kafka's PartitionChangeBuilder in small: brokers that are fenced or shutting dow
 ISR they are in (unless they are its last member: that replica may be the only one holding
 every acknowledged write, so it stays, and the partition waits for it, KIP-966's reasoning);
 a partition whose leader left gets the first usable replica of its ISR in replica order. A
-replica outside the ISR is never elected (unclean.leader.election.enable is false).
+replica outside the ISR is elected only where unclean.leader.election.enable is true (its
+default is false), and only when no in-sync replica is usable.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from broker.metadata.cluster import NO_LEADER, PartitionRegistration
-from broker.metadata.image import MetadataImage
+from broker.metadata.image import MetadataImage, TopicMetadata
 
 PartitionChange = tuple[str, int, int, PartitionRegistration]  # topic, index, expected epoch, new
 
 
-def partition_changes(image: MetadataImage) -> Iterator[PartitionChange]:
-    """The changes that bring every partition in line with which brokers are usable."""
+def partition_changes(
+    image: MetadataImage, unclean_allowed: Callable[[TopicMetadata], bool] = lambda _: False
+) -> Iterator[PartitionChange]:
+    """The changes that bring every partition in line with which brokers are usable;
+    `unclean_allowed(topic)` is its unclean.leader.election.enable."""
     usable = image.usable_brokers()
     for topic in image.topics():
+        unclean: bool | None = None  # looked up for a topic with a partition left leaderless
         for index, reg in image.registrations(topic.name).items():
             new = changed_registration(reg, usable)
+            if (new or reg).offline:
+                unclean = unclean_allowed(topic) if unclean is None else unclean
+                if unclean:
+                    new = unclean_election(reg, usable) or new
             if new is not None:
                 yield topic.name, index, reg.partition_epoch, new
 

@@ -366,7 +366,13 @@ class ClusterRuntime:
                 await self.meta(store.set_broker_fenced, controller, node_id, epoch, False)
 
     async def _change_partitions(self, rebalance: bool) -> None:
-        changes = list(partition_changes(self.broker.image))
+        rm = self.broker.replica_manager
+        changes = list(
+            partition_changes(
+                self.broker.image,
+                lambda topic: rm.topic_config_value(topic, "unclean.leader.election.enable"),
+            )
+        )
         changes += reassignment_changes(self.broker.image)
         if rebalance:
             changes += preferred_leader_changes(self.broker.image, exclude=changes)

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import zlib
 from datetime import timedelta
 
 from kio.schema.errors import ErrorCode
@@ -37,6 +38,13 @@ LEADERSHIP_ERRORS = frozenset(
         ErrorCode.unknown_topic_id,
     }
 )
+
+
+def fetcher_id(tp: tuple[str, int], fetchers: int) -> int:
+    """Which of a leader's `fetchers` fetches `tp` (Kafka's getFetcherId: neighbouring
+    partitions of a topic go to different fetchers)."""
+    topic, partition = tp
+    return (31 * zlib.crc32(topic.encode()) + partition) % fetchers
 
 
 class Truncations:
@@ -68,9 +76,10 @@ class Truncations:
 class ReplicaFetcher:
     """Fetches from one leader until it has no partition left to follow."""
 
-    def __init__(self, broker, leader_id: int, truncations: Truncations) -> None:
+    def __init__(self, broker, leader_id: int, fetcher_id: int, truncations: Truncations) -> None:
         self.broker = broker
         self.leader_id = leader_id
+        self.fetcher_id = fetcher_id
         self.truncations = truncations
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._changed = asyncio.Event()
@@ -116,7 +125,7 @@ class ReplicaFetcher:
     async def _connect(self):
         if self._session is None or self._session.closed:
             self._session = await open_inter_broker_session(
-                self.broker, self.leader_id, "fjord-replica-fetcher"
+                self.broker, self.leader_id, f"fjord-replica-fetcher-{self.fetcher_id}"
             )
             self._handler.reset()
         return self._session
@@ -247,12 +256,13 @@ class ReplicaFetcher:
 
 
 class ReplicaFetcherManager:
-    """The fetchers by leader; a partition is fetched by the fetcher of its current leader."""
+    """The fetchers by leader, num.replica.fetchers of them per leader; a partition is
+    fetched by one fetcher of its current leader, always the same one."""
 
     def __init__(self, broker) -> None:
         self.broker = broker
-        self.fetchers: dict[int, ReplicaFetcher] = {}
-        self._fetcher_of: dict[tuple[str, int], int] = {}
+        self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        self._fetcher_of: dict[tuple[str, int], tuple[int, int]] = {}
         self.truncations = Truncations(broker)
 
     def follow(self, partition: Partition) -> None:
@@ -260,16 +270,17 @@ class ReplicaFetcherManager:
         self.unfollow(partition.tp)
         if leader < 0 or leader == self.broker.node_id:
             return
-        fetcher = self.fetchers.get(leader)
+        key = (leader, fetcher_id(partition.tp, self.broker.config["num.replica.fetchers"]))
+        fetcher = self.fetchers.get(key)
         if fetcher is None:
-            fetcher = self.fetchers[leader] = ReplicaFetcher(self.broker, leader, self.truncations)
+            fetcher = self.fetchers[key] = ReplicaFetcher(self.broker, *key, self.truncations)
         fetcher.add(partition)
-        self._fetcher_of[partition.tp] = leader
+        self._fetcher_of[partition.tp] = key
 
     def unfollow(self, tp: tuple[str, int]) -> None:
-        leader = self._fetcher_of.pop(tp, None)
-        if leader is not None and leader in self.fetchers:
-            self.fetchers[leader].remove(tp)
+        key = self._fetcher_of.pop(tp, None)
+        if key is not None and key in self.fetchers:
+            self.fetchers[key].remove(tp)
 
     async def stop(self) -> None:
         await asyncio.gather(*(f.stop() for f in self.fetchers.values()))

@@ -48,6 +48,8 @@ FAST_FAILOVER_OVERRIDES = (
     "broker.session.timeout.ms=4000",
     "broker.heartbeat.interval.ms=500",
     "replica.lag.time.max.ms=6000",
+    # Two fetch sessions per leader: the clusters built with these replicate through both.
+    "num.replica.fetchers=2",
 )
 BROKER_PORT = 9092
 METADATA_VERSION = 12

@@ -125,6 +125,40 @@ def test_partition_changes_covers_every_topic_and_partition():
     assert changes["clicks", 0][1].offline and changes["clicks", 0][1].isr == (2,)
 
 
+def test_unclean_leader_election_enable_elects_out_of_the_isr_where_set():
+    image = image_of(
+        [broker(1), broker(2, fenced=True), broker(3)],
+        strict={0: reg((1, 2), isr=(2,), leader=2)},
+        lenient={
+            0: reg((1, 2), isr=(2,), leader=2),  # its in-sync leader gone: 1 takes over
+            1: reg((3, 2), isr=(2,), leader=NO_LEADER),  # already offline: 3 takes over
+            2: reg((2, 3), isr=(2, 3), leader=2),  # an in-sync replica is left: clean
+            3: reg((2,), isr=(2,), leader=NO_LEADER),  # no replica usable: it waits
+        },
+    )
+    asked = []
+
+    def allowed(topic):
+        asked.append(topic.name)
+        return topic.name == "lenient"
+
+    changes = {(t, i): new for t, i, _, new in partition_changes(image, allowed)}
+    assert sorted(set(asked)) == ["lenient", "strict"]
+    assert changes["strict", 0].offline  # the default: the partition waits for broker 2
+    assert changes["lenient", 0] == reg(
+        (1, 2), isr=(1,), leader=1, leader_epoch=5, partition_epoch=10
+    )
+    assert changes["lenient", 1] == reg(
+        (3, 2), isr=(3,), leader=3, leader_epoch=5, partition_epoch=10
+    )
+    assert changes["lenient", 2] == reg(
+        (2, 3), isr=(3,), leader=3, leader_epoch=5, partition_epoch=10
+    )
+    assert ("lenient", 3) not in changes
+    # Without the setting every partition changes as before.
+    assert [new.offline for t, i, _, new in partition_changes(image) if i in (0, 1)] == [True, True]
+
+
 @st.composite
 def registrations(draw):
     """A partition as the controller may find it: an ISR of its replicas, led by one of the

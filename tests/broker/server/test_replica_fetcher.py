@@ -1,12 +1,13 @@
-"""A partition about to be led waits for its follower truncation to end (Truncations in
-broker.server.replica_fetcher), whatever else runs or is cancelled meanwhile."""
+"""The followers' fetchers (broker.server.replica_fetcher): which of a leader's
+num.replica.fetchers fetches a partition, and a partition about to be led waiting for its
+follower truncation to end (Truncations), whatever else runs or is cancelled meanwhile."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 
-from broker.server.replica_fetcher import Truncations
+from broker.server.replica_fetcher import Truncations, fetcher_id
 
 
 async def test_becoming_leader_waits_for_the_topics_truncations(broker):
@@ -30,3 +31,12 @@ async def test_becoming_leader_waits_for_the_topics_truncations(broker):
     await asyncio.wait_for(becoming_leader, 30)
     assert cut == ["t-0"]
     await truncations.finished("t")  # nothing left running
+
+
+def test_a_leaders_fetchers_share_its_partitions_and_keep_them():
+    assert {fetcher_id(("t", p), 1) for p in range(50)} == {0}
+    spread = [fetcher_id(("t", p), 3) for p in range(30)]
+    # Neighbouring partitions of a topic go to different fetchers, each an equal share.
+    assert all(a != b for a, b in zip(spread, spread[1:], strict=False))
+    assert sorted(spread.count(f) for f in range(3)) == [10, 10, 10]
+    assert spread == [fetcher_id(("t", p), 3) for p in range(30)]  # the same every time
