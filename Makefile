@@ -61,7 +61,6 @@ soak: $(TEST_STAMP)
 	status=0; FJORD_SOAK=1 $(PY) -m pytest -p no:cacheprovider -o timeout=3600 \
 	  tests/compat/test_parallel_rebalance_crash.py tests/compat/test_eos_copy.py \
 	  tests/pipelines/test_eos_pipeline_crash.py tests/cluster/test_cluster_faults.py \
-	  tests/cluster/test_cluster_security.py \
 	  || status=$$?; \
 	  bash tests/services.sh down; exit $$status
 

@@ -7,8 +7,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg
+import pytest
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def skip_without_postgres() -> None:
+    try:
+        psycopg.connect(ADMIN_URL, connect_timeout=3).close()
+    except psycopg.OperationalError:
+        pytest.skip("nothing answers on 127.0.0.1:5432 (tests/services.sh up starts one)")
 
 
 @contextmanager

@@ -295,6 +295,7 @@ def _read(broker, ctx: RequestContext, request, wanted, read_committed: bool):
     whether any partition failed."""
     rm = broker.replica_manager
     follower = ctx.replication
+    replica = _replica(request) if follower else None
     quota_bytes = None if follower else broker.quotas.fetch_max_bytes(ctx.user, ctx.client_id or "")
     budget = FetchBudget(
         request.max_bytes if quota_bytes is None else min(request.max_bytes, quota_bytes)
@@ -331,7 +332,7 @@ def _read(broker, ctx: RequestContext, request, wanted, read_committed: bool):
                 if follower:
                     # Only a read that succeeded says the follower has what precedes its
                     # offset: one past this log's end (Kafka's rule too) is no such proof.
-                    rm.follower_fetched((name, p.partition), *_replica(request), p.fetch_offset)
+                    rm.follower_fetched((name, p.partition), *replica, p.fetch_offset)
                 if data.size:
                     # One slice (the usual case) goes out as read; only a few join.
                     records = data.records[0] if len(data.records) == 1 else b"".join(data.records)

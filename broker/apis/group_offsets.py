@@ -83,8 +83,7 @@ async def handle_find_coordinator(broker, ctx: RequestContext, request) -> objec
 def _coordinator(broker, ctx: RequestContext, partitions, key: str) -> tuple:
     """The leader of the key's partition of the coordinator's topic, at its endpoint on the
     request's listener; COORDINATOR_NOT_AVAILABLE while the partition has none."""
-    registration = broker.image.partition(partitions.topic, partitions.partition_for(key))
-    leader = -1 if registration is None else registration.leader
+    leader = partitions.leader(key)
     endpoint = node_endpoint(broker, ctx.listener, leader) if leader >= 0 else None
     if endpoint is None:
         return key, ErrorCode.coordinator_not_available, None, -1, "", -1

@@ -30,8 +30,15 @@ def _not_controller(broker) -> bool:
     return broker.cluster is not None and not broker.cluster.is_controller
 
 
-def _usable(broker) -> set[int]:
-    return broker.image.usable_brokers()
+async def _apply(broker, changes: list, outcomes: dict) -> None:
+    """Write the controller's `changes`; a change the store refused (this broker lost the
+    controller lease meanwhile) answers NOT_CONTROLLER, so the client asks the new one."""
+    if not changes:
+        return
+    applied = await broker.cluster.alter_partitions(changes)
+    for (topic, partition, _, _), ok in zip(changes, applied, strict=True):
+        if not ok:
+            outcomes[topic, partition] = ErrorCode.not_controller, NOT_CONTROLLER
 
 
 def _partition_error(broker, topic: str, partition: int) -> tuple[ErrorCode, str | None]:
@@ -67,7 +74,7 @@ async def handle_elect_leaders(broker, ctx: RequestContext, request) -> object:
         wanted = [(t.topic, p) for t in request.topic_partitions for p in t.partitions]
     outcomes: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
     changes = []
-    usable = _usable(broker)
+    usable = broker.image.usable_brokers()
     for topic, partition in wanted:
         if top_error != ErrorCode.none:
             outcomes[topic, partition] = top_error, top_message
@@ -79,11 +86,7 @@ async def handle_elect_leaders(broker, ctx: RequestContext, request) -> object:
             if new is not None:
                 changes.append((topic, partition, reg.partition_epoch, new))
         outcomes[topic, partition] = code, message
-    if changes:
-        applied = await broker.cluster.alter_partitions(changes)
-        for (topic, partition, _, _), ok in zip(changes, applied, strict=True):
-            if not ok:
-                outcomes[topic, partition] = ErrorCode.not_controller, NOT_CONTROLLER
+    await _apply(broker, changes, outcomes)
     results: dict[str, list] = {}
     for (topic, partition), (code, message) in outcomes.items():
         if asked_all and code != ErrorCode.none:
@@ -182,7 +185,7 @@ def _reassignment_error(
     reg = broker.image.partition(topic, partition)
     if replicas is None:  # a cancellation
         if reg.adding_replicas or reg.removing_replicas:
-            reverted = cancel_reassignment(reg, _usable(broker))
+            reverted = cancel_reassignment(reg, broker.image.usable_brokers())
             if reverted is None:
                 return (
                     ErrorCode.invalid_replica_assignment,
@@ -234,11 +237,7 @@ async def handle_alter_partition_reassignments(broker, ctx: RequestContext, requ
             if new is not None:
                 old = broker.image.partition(*key)
                 changes.append((*key, old.partition_epoch, new))
-    if changes:
-        applied = await broker.cluster.alter_partitions(changes)
-        for (topic, partition, _, _), ok in zip(changes, applied, strict=True):
-            if not ok:
-                outcomes[topic, partition] = ErrorCode.not_controller, NOT_CONTROLLER
+    await _apply(broker, changes, outcomes)
     responses = [
         ctx.response(
             "ReassignableTopicResponse",

@@ -10,7 +10,7 @@ offset expiry. The protocols themselves live in classic_group.py and consumer_gr
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -96,12 +96,13 @@ class GroupCoordinator:
         """Replay the producer's COMMIT (`commit`) or ABORT marker on `partition` of
         `__consumer_offsets`: its pending offsets of the groups placed there become committed
         or are dropped."""
-        self.offsets.end_transaction(producer_id, commit, self._in_partition(partition))
+        self.offsets.end_transaction(producer_id, commit, self._in_partitions({partition}))
 
-    def on_loaded(self, now_ms: int, partition: int | None = None) -> None:
-        """After replaying `partition` (every partition when None): re-arm its members'
-        session timers, and offset expiry if it is not running yet."""
-        in_scope = everywhere if partition is None else self._in_partition(partition)
+    def on_loaded(self, now_ms: int, partitions: Collection[int] | None = None) -> None:
+        """After replaying `partitions` (every partition when None): re-arm their members'
+        session timers, and offset expiry if it is not running yet. Once for all the
+        partitions loaded together: each call looks at every group."""
+        in_scope = everywhere if partitions is None else self._in_partitions(partitions)
         self.classic.on_loaded(now_ms, in_scope)
         self.consumer.on_loaded(now_ms, in_scope)
         if not self.timer.is_scheduled(OFFSETS_EXPIRY_TIMER):
@@ -111,20 +112,21 @@ class GroupCoordinator:
                 self._expire_offsets,
             )
 
-    def unload(self, partition: int) -> None:
-        """Forget the groups of `partition` and their offsets, as Kafka's coordinator does
-        when another broker becomes the partition's leader: their timers stop and their
-        parked requests answer NOT_COORDINATOR."""
-        in_scope = self._in_partition(partition)
-        for group_id in [g for g in self.groups if in_scope(g)]:
+    def unload(self, partitions: Collection[int]) -> None:
+        """Forget the groups of `partitions` and their offsets, as Kafka's coordinator does
+        when another broker becomes their leader: their timers stop and their parked
+        requests answer NOT_COORDINATOR."""
+        in_scope = self._in_partitions(partitions)
+        gone = [g for g in self.groups if in_scope(g)]
+        for group_id in gone:
             group = self.groups.pop(group_id)
-            self.timer.cancel_group(group_id)
             if isinstance(group, ClassicGroup):
                 group.answer_parked(ErrorCode.not_coordinator)
+        self.timer.cancel_groups(set(gone))
         self.offsets.unload(in_scope)
 
-    def _in_partition(self, partition: int):
-        return lambda group_id: self.partition_for(group_id) == partition
+    def _in_partitions(self, partitions: Collection[int]):
+        return lambda group_id: self.partition_for(group_id) in partitions
 
     # -- the classic APIs ----------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ leaves as timer deadlines; the server turns those into loop timers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -93,8 +93,8 @@ class Timer:
     def cancel(self, key: TimerKey) -> None:
         self._tasks.pop(key, None)
 
-    def cancel_group(self, group_id: str) -> None:
-        for key in [k for k in self._tasks if k.group_id == group_id]:
+    def cancel_groups(self, group_ids: Collection[str]) -> None:
+        for key in [k for k in self._tasks if k.group_id in group_ids]:
             del self._tasks[key]
 
     def is_scheduled(self, key: TimerKey) -> bool:

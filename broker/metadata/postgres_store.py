@@ -18,6 +18,7 @@ from broker.metadata.cluster import BrokerRegistration, PartitionRegistration
 from broker.metadata.image import MetadataImage, TopicMetadata
 from broker.metadata.store import (
     ACL_COLUMNS,
+    RELOAD_ALL,
     MetadataStoreUnavailable,
     acl_binding,
     acl_row,
@@ -152,7 +153,6 @@ _LEASE_END = "clock_timestamp() + %s * interval '1 millisecond'"
 _BROKER_COLUMNS = "node_id, broker_epoch, endpoints, rack, fenced, in_controlled_shutdown"
 
 # Changes that name every entity: the versions asked about are no longer kept.
-RELOAD_ALL = ("all", "")
 
 
 class TopicExistsError(ValueError):

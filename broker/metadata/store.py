@@ -99,6 +99,10 @@ class MetadataStore(Protocol):
     def close(self) -> None: ...
 
 
+# In a change feed: every entity may have changed (the feed was pruned); re-read it all.
+RELOAD_ALL = ("all", "")
+
+
 class MetadataStoreUnavailable(Exception):
     """The shared store could not be reached; the call changed nothing or is unknown to have
     (a commit whose answer was lost): callers retry by re-reading, never by assuming."""

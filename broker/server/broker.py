@@ -204,6 +204,8 @@ class Broker:
                 ssl=self.listener_security[name].ssl_context,
                 reuse_address=True,
                 backlog=1024,
+                # Bound now (a cluster registers the ports), serving once the broker is ready.
+                start_serving=False,
             )
             self._servers.append(server)
             bound_port = server.sockets[0].getsockname()[1]
@@ -242,6 +244,9 @@ class Broker:
         ]
         if self.cluster is not None:
             await self.cluster.start()
+            await self.cluster.until_unfenced()
+        for server in self._servers:
+            await server.start_serving()
         addresses = ", ".join(f"{n}://{h or '0.0.0.0'}:{p}" for n, (h, p) in self.bound.items())
         log.info(
             "Fjord broker %d started (cluster %s), listening on %s",
@@ -336,7 +341,10 @@ class Broker:
 
     def start_blocking(self, fn, *args) -> asyncio.Future:
         """run_blocking's work itself: done when the thread is, whoever stopped waiting."""
-        future = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+        return self.track(asyncio.ensure_future(asyncio.to_thread(fn, *args)))
+
+    def track(self, future: asyncio.Future) -> asyncio.Future:
+        """Have stop() wait for `future` (work that must not be cut short), and return it."""
         self._blocking.add(future)
         future.add_done_callback(self._blocking.discard)
         return future

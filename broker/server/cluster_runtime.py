@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 from broker.config import validate_dynamic_broker_configs
 from broker.controller.elections import (
@@ -29,7 +30,7 @@ from broker.controller.elections import (
 )
 from broker.metadata.cluster import BrokerRegistration
 from broker.metadata.features import DEFAULT_LEVELS, FinalizedFeatures
-from broker.metadata.store import MetadataStoreUnavailable
+from broker.metadata.store import RELOAD_ALL, MetadataStoreUnavailable
 from broker.quota.client_quotas import ClientQuotas
 from broker.replication.partition import IsrProposal, Partition
 from broker.security.authorizer import StandardAuthorizer, parse_super_users
@@ -106,15 +107,31 @@ class ClusterRuntime:
             )
         except MetadataStoreUnavailable:
             return
+        partitions = self.broker.replica_manager.partitions
+        await self._until(
+            lambda: (
+                not any(p.is_leader and len(p.registration.isr) > 1 for p in partitions.values())
+            ),
+            timeout_s,
+        )
+
+    async def until_unfenced(self) -> None:
+        """Until the controller has unfenced this registration, as Kafka's brokers take no
+        requests before: fenced, this broker's Metadata would list no broker at all."""
+        if not self.broker.replica_manager.may_lead():
+            log.info("waiting for the controller to unfence broker %d", self.broker.node_id)
+            await self._until(self.broker.replica_manager.may_lead)
+
+    async def _until(self, done: Callable[[], bool], timeout_s: float | None = None) -> None:
+        """Until `done()` holds after the metadata applied, or `timeout_s` passed."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while loop.time() < deadline and any(
-            p.is_leader and len(p.registration.isr) > 1
-            for p in self.broker.replica_manager.partitions.values()
-        ):
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        while not done() and (deadline is None or loop.time() < deadline):
             self._applied.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._applied.wait(), deadline - loop.time())
+                await asyncio.wait_for(
+                    self._applied.wait(), None if deadline is None else deadline - loop.time()
+                )
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -151,8 +168,8 @@ class ClusterRuntime:
         """Apply every change committed since the last one applied."""
         async with self._catch_up_lock:
             latest, changes = await self.meta(self.store.changes_since, self.version)
-            if everything or ("all", "") in changes:
-                changes = {("all", "")}
+            if everything or RELOAD_ALL in changes:
+                changes = {RELOAD_ALL}
             for entity, key in sorted(changes):
                 await self._apply(entity, key)
             self.version = max(self.version, latest)
@@ -163,7 +180,7 @@ class ClusterRuntime:
 
     async def _apply(self, entity: str, key: str) -> None:
         broker, store = self.broker, self.store
-        if entity == "all":
+        if (entity, key) == RELOAD_ALL:
             # Brokers first: whether this one is fenced decides whether it may lead.
             for other in ("brokers", "controller", "acls", "scram", "quotas", "broker_configs"):
                 await self._apply(other, "")
@@ -218,7 +235,8 @@ class ClusterRuntime:
         topic, registrations = found
         configs_changed = current is not None and current.configs != topic.configs
         image.put(topic, registrations)
-        await broker.run_blocking(rm.open_partitions, topic)
+        if rm.logs_missing(topic):  # most changes are ISR changes of partitions hosted already
+            await broker.run_blocking(rm.open_partitions, topic)
         if configs_changed:
             rm.reconfigure([topic])
         await self.fetchers.truncations.finished(name)
@@ -341,10 +359,13 @@ class ClusterRuntime:
     async def _decide(self) -> None:
         controller = (self.broker.node_id, self.controller_epoch)
         store = self.store
-        for node_id, epoch in await self.meta(store.lapsed_brokers):
+        lapsed = await self.meta(store.lapsed_brokers)
+        for node_id, epoch in lapsed:
             log.info("fencing broker %d (epoch %d): it is gone or its lease lapsed", node_id, epoch)
             await self.meta(store.set_broker_fenced, controller, node_id, epoch, True)
-        await self.catch_up()
+        if lapsed:
+            # At once, to elect in this tick; other changes arrive through the feed.
+            await self.catch_up()
         rebalance = self.config["auto.leader.rebalance.enable"] and self._rebalance_due()
         if self._decisions_due or rebalance:
             # Only after a change: partitions are many, and nothing else moves them.
@@ -390,9 +411,7 @@ class ClusterRuntime:
 
     def _schedule_isr_change(self, partition: Partition, isr: tuple[int, ...]) -> None:
         proposal = partition.propose_isr(isr)
-        task = asyncio.create_task(self._write_isr(partition, proposal))
-        self.broker._blocking.add(task)
-        task.add_done_callback(self.broker._blocking.discard)
+        self.broker.track(asyncio.create_task(self._write_isr(partition, proposal)))
 
     async def _write_isr(self, partition: Partition, proposal: IsrProposal) -> None:
         rm = self.broker.replica_manager

@@ -136,16 +136,17 @@ async def replicated_markers(
 
 class CoordinatorPartitions:
     """The partitions of one coordinator's internal topic that this broker leads, loaded into
-    the coordinator: `load(partition)` replays one and returns the records replayed,
-    `unload(partition)` forgets its keys."""
+    the coordinator: `load(partitions)` replays them and returns the records replayed,
+    `unload(partitions)` forgets their keys. Both take every partition that changed at
+    once: finishing a load looks at every key the coordinator holds."""
 
     def __init__(
         self,
         broker,
         topic: str,
         partition_for: Callable[[str], int],
-        load: Callable[[int], int],
-        unload: Callable[[int], None],
+        load: Callable[[list[int]], int],
+        unload: Callable[[list[int]], None],
         write_timeout_config: str,
     ) -> None:
         self.broker = broker
@@ -169,13 +170,11 @@ class CoordinatorPartitions:
                 if hosted is not None and hosted.is_leader:
                     led.add(index)
         lost, gained = sorted(self.loaded - led), sorted(led - self.loaded)
-        for index in lost:
-            self.loaded.discard(index)
-            self._unload(index)
-        replayed = 0
-        for index in gained:
-            self.loaded.add(index)
-            replayed += self._load(index)
+        self.loaded -= set(lost)
+        if lost:
+            self._unload(lost)
+        self.loaded |= set(gained)
+        replayed = self._load(gained) if gained else 0
         if self.broker.cluster is not None and (lost or gained):
             log.info(
                 "%s: loaded partitions %s (%d record(s)), unloaded %s",
@@ -201,10 +200,10 @@ class CoordinatorPartitions:
 
     def check(self, key: str) -> int:
         """The key's partition; raises CoordinatorError when it is not led here."""
-        error = self.error(key)
-        if error is not ErrorCode.none:
-            raise CoordinatorError(error)
-        return self.partition_for(key)
+        partition = self.partition_for(key)
+        if self.broker.cluster is not None and partition not in self.loaded:
+            raise CoordinatorError(ErrorCode.not_coordinator)
+        return partition
 
     async def replicated(self, partition: int) -> None:
         """Once the coordinator's writes to `partition` are in every in-sync replica; raises

@@ -58,9 +58,9 @@ class CoordinatorRuntime:
 
     # -- loading -------------------------------------------------------------------------------
 
-    def _load(self, partition: int) -> int:
-        replayed = self._replay_log(partition, self._log(partition))
-        self.coordinator.on_loaded(_now_ms(), partition)
+    def _load(self, partitions: list[int]) -> int:
+        replayed = sum(self._replay_log(p, self._log(p)) for p in partitions)
+        self.coordinator.on_loaded(_now_ms(), set(partitions))
         return replayed
 
     def _replay_log(self, partition: int, log_) -> int:

@@ -9,6 +9,8 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from broker.client.errors import KafkaAdminError
 from broker.client.session import Session, open_session
 
@@ -72,6 +74,18 @@ class InterBrokerSessions:
         sessions, self._sessions = list(self._sessions.values()), {}
         for session in sessions:
             await session.close()
+
+
+def partition_answers(
+    asked: Iterable[tuple[str, int]], answered: Iterable[tuple[str, int, int]]
+) -> dict[tuple[str, int], ErrorCode]:
+    """The error code another broker gave each partition asked about, from its response's
+    (topic, partition, error code) rows; UNKNOWN_SERVER_ERROR for one it left out."""
+    answers = dict.fromkeys(asked, ErrorCode.unknown_server_error)
+    for topic, index, code in answered:
+        if (topic, index) in answers:
+            answers[(topic, index)] = ErrorCode(code)
+    return answers
 
 
 def by_topic(partitions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:

@@ -139,6 +139,14 @@ class ReplicaManager:
 
     # -- partitions --------------------------------------------------------------------------
 
+    def logs_missing(self, topic: TopicMetadata) -> bool:
+        """Whether a partition of `topic` hosted here has no log yet (open_partitions'
+        work, which blocks: asked first on the loop)."""
+        return any(
+            self.node_id in reg.replicas and self.log_manager.get(topic.name, partition) is None
+            for partition, reg in self.image_registrations(topic).items()
+        )
+
     def open_partitions(self, topic: TopicMetadata) -> None:
         """Blocking (file creation): create the logs this broker hosts of `topic` that have
         none yet. A single broker then leads them all at once; in a cluster leadership comes
@@ -171,7 +179,7 @@ class ReplicaManager:
         this broker now leads afresh, those it now follows (new leader or new epoch), and
         those it no longer hosts (a reassignment moved them away: the caller deletes them)."""
         led, followed, removed = [], [], []
-        may_lead = self._may_lead()
+        may_lead = self.may_lead()
         for index, reg in self.image_registrations(topic).items():
             tp = (topic.name, index)
             if reg.leader == self.node_id and not may_lead:
@@ -213,7 +221,7 @@ class ReplicaManager:
             self._replication_changed(tp)
         return led, followed, removed
 
-    def _may_lead(self) -> bool:
+    def may_lead(self) -> bool:
         """Whether this broker, as registered now (this process' broker epoch), is unfenced."""
         me = self.image.brokers.get(self.node_id)
         return (

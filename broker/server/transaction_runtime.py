@@ -67,24 +67,27 @@ class TransactionRuntime:
 
     # -- loading -------------------------------------------------------------------------------
 
-    def _load(self, partition: int) -> int:
-        """Replay one partition, then finish the transactions a crash or a failover left
+    def _load(self, partitions: list[int]) -> int:
+        """Replay the partitions, then finish the transactions a crash or a failover left
         between their Prepare record and their markers."""
         replayed = 0
-        log_ = self.broker.replica_manager.log(TRANSACTION_STATE_TOPIC, partition)
-        for _, records in read_batches(log_):
-            for r in records:
-                self.coordinator.replay(decode_transaction_record(r.key, r.value))
-                replayed += 1
+        for partition in partitions:
+            log_ = self.broker.replica_manager.log(TRANSACTION_STATE_TOPIC, partition)
+            for _, records in read_batches(log_):
+                for r in records:
+                    self.coordinator.replay(decode_transaction_record(r.key, r.value))
+                    replayed += 1
         now_ms = _now_ms()
-        for job in self.coordinator.pending_markers(partition):
-            self._end(job, now_ms)
+        for partition in partitions:
+            for job in self.coordinator.pending_markers(partition):
+                self._end(job, now_ms)
         return replayed
 
-    def _unload(self, partition: int) -> None:
-        # The partition's new coordinator sends the markers still due.
-        self.markers.unload(partition)
-        self.coordinator.unload(partition)
+    def _unload(self, partitions: list[int]) -> None:
+        # The partitions' new coordinators send the markers still due.
+        for partition in partitions:
+            self.markers.unload(partition)
+            self.coordinator.unload(partition)
 
     async def ensure_topic(self) -> None:
         """Create `__transaction_state` on first use, with Kafka's configs for it: compacted

@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.client.session import Session, entity
 from broker.server.coordinator_log import CoordinatorError
-from broker.server.inter_broker import by_topic
+from broker.server.inter_broker import by_topic, partition_answers
 
 ADD_PARTITIONS_TO_TXN = 24
 # The inter-broker versions: batched by transactional id, with verify_only. v5 knows
@@ -88,13 +88,15 @@ async def ask_coordinator(broker, check: TransactionCheck) -> dict[TopicPartitio
         return dict.fromkeys(check.partitions, ErrorCode.network_exception)
     if response.error_code != ErrorCode.none:
         return dict.fromkeys(check.partitions, ErrorCode(response.error_code))
-    answers = dict.fromkeys(check.partitions, ErrorCode.unknown_server_error)
-    for result in response.results_by_transaction:
-        for topic in result.topic_results:
-            for p in topic.results_by_partition:
-                if (topic.name, p.partition_index) in answers:
-                    answers[(topic.name, p.partition_index)] = ErrorCode(p.partition_error_code)
-    return answers
+    return partition_answers(
+        check.partitions,
+        (
+            (topic.name, p.partition_index, p.partition_error_code)
+            for result in response.results_by_transaction
+            for topic in result.topic_results
+            for p in topic.results_by_partition
+        ),
+    )
 
 
 async def _send(session: Session, check: TransactionCheck):

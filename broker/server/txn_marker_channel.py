@@ -23,7 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.coordinator.transaction_coordinator import MarkerJob
 from broker.server.coordinator_log import CoordinatorError, replicated_markers
-from broker.server.inter_broker import by_topic
+from broker.server.inter_broker import by_topic, partition_answers
 
 log = logging.getLogger("broker.coordinator.transactions")
 
@@ -147,13 +147,15 @@ class TxnMarkerChannel:
         )
         if response is None:
             return dict.fromkeys(partitions, ErrorCode.network_exception)
-        outcomes = dict.fromkeys(partitions, ErrorCode.unknown_server_error)
-        for marker in response.markers:
-            for topic in marker.topics:
-                for p in topic.partitions:
-                    if (topic.name, p.partition_index) in outcomes:
-                        outcomes[(topic.name, p.partition_index)] = ErrorCode(p.error_code)
-        return outcomes
+        return partition_answers(
+            partitions,
+            (
+                (topic.name, p.partition_index, p.error_code)
+                for marker in response.markers
+                for topic in marker.topics
+                for p in topic.partitions
+            ),
+        )
 
     @staticmethod
     async def _write_txn_markers(

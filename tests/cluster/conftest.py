@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
-from harness import Cluster, assert_formed, skip_without_postgres
+from harness import Cluster, assert_formed
+from postgres_database import skip_without_postgres
 
 
 @pytest.fixture

@@ -30,12 +30,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
-import pytest
 from broker_process import BrokerProcess
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_requests import req
 from polling import wait_for
-from postgres_database import ADMIN_URL, throwaway_database
+from postgres_database import throwaway_database
 from raw_client import SIZE, RawClient
 
 from broker.protocol import codec
@@ -56,19 +55,6 @@ METADATA_VERSION = 12
 _PARTITION_TABLE = "fjord_partition"
 _COUNTER = itertools.count()
 W = TypeVar("W")
-
-
-def postgres_answers() -> bool:
-    try:
-        with psycopg.connect(ADMIN_URL, connect_timeout=3):
-            return True
-    except psycopg.OperationalError:
-        return False
-
-
-def skip_without_postgres() -> None:
-    if not postgres_answers():
-        pytest.skip("nothing answers on 127.0.0.1:5432 (tests/services.sh up starts one)")
 
 
 def assert_formed(cluster: Cluster) -> None:

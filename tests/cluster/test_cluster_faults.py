@@ -24,8 +24,9 @@ from broker_process import FAST_GROUP_OVERRIDES
 from checker import READ_COMMITTED, READ_UNCOMMITTED, Send, check
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from harness import Cluster, MetadataView, assert_formed, skip_without_postgres, wait_for
+from harness import Cluster, MetadataView, assert_formed, wait_for
 from kafka_requests import req
+from postgres_database import skip_without_postgres
 from workload import (
     GroupConsumers,
     IdempotentProducers,
@@ -475,7 +476,7 @@ def pause_inside_a_transaction(cluster: Cluster, node: int, timeout: float = 60)
             if any(s.state == "idle in transaction" for s in stuck):
                 return
             cluster.resume(node)
-    pytest.skip(f"broker {node} was never caught inside a metadata transaction")
+    pytest.fail(f"broker {node} was never caught inside a metadata transaction")
 
 
 def test_broker_back_with_an_emptied_log_dir_catches_up_before_rejoining(cluster):

@@ -4,21 +4,13 @@ protocol), as a super user, and replicate: acks=all with min.insync.replicas=2 i
 
 from __future__ import annotations
 
-import os
 import uuid
 
-import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from tls_certificates import CertificateAuthority
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
-
-# In `make soak` only until understood: it passes alone and with tests/cluster, but once in
-# the whole suite CreateTopics over SASL_SSL got no answer within 60 s (issue 16's note).
-pytestmark = pytest.mark.skipif(
-    not os.environ.get("FJORD_SOAK"), reason="make soak: under investigation in the full suite"
-)
 
 
 def test_brokers_replicate_over_sasl_ssl_as_their_own_user(make_formed_cluster, tmp_path):

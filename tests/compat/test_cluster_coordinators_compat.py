@@ -8,7 +8,6 @@ from __future__ import annotations
 import concurrent.futures
 import uuid
 
-import psycopg
 import pytest
 from broker_process import FAST_GROUP_OVERRIDES, BrokerProcess
 from confluent_kafka import (
@@ -20,7 +19,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 from polling import wait_for
-from postgres_database import ADMIN_URL, throwaway_database
+from postgres_database import skip_without_postgres, throwaway_database
 
 from broker.coordinator.placement import partition_for
 
@@ -39,10 +38,7 @@ DEADLINE_S = 60
 @pytest.fixture
 def cluster(tmp_path):
     """Three brokers sharing a throwaway PostgreSQL database, by node id."""
-    try:
-        psycopg.connect(ADMIN_URL, connect_timeout=3).close()
-    except psycopg.OperationalError:
-        pytest.skip("nothing answers on 127.0.0.1:5432 (tests/services.sh up starts one)")
+    skip_without_postgres()
     with throwaway_database("fjord_coordinators") as url:
         brokers = {
             node: BrokerProcess(

@@ -83,7 +83,7 @@ def test_unloading_a_partition_forgets_its_groups_and_answers_their_parked_reque
     parked = c.run(c.coordinator.join_group(join, c.now))
     assert not parked.done and c.coordinator.timer.is_scheduled(join_key("group-0"))
 
-    c.coordinator.unload(lost)
+    c.coordinator.unload([lost])
 
     assert parked.done and parked.value.error is ErrorCode.not_coordinator
     assert not c.coordinator.timer.is_scheduled(join_key("group-0"))

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import socket
-
 import psycopg
 import pytest
-from postgres_database import ADMIN_URL, throwaway_database
+from postgres_database import ADMIN_URL, skip_without_postgres, throwaway_database
 
 
 @pytest.fixture
 def postgres_url():
     """The URL of a database of the test's own on the local PostgreSQL, dropped afterwards."""
-    try:
-        socket.create_connection(("127.0.0.1", 5432), timeout=1).close()
-    except OSError:
-        pytest.skip("nothing answers on 127.0.0.1:5432 (tests/services.sh up starts one)")
+    skip_without_postgres()
     with throwaway_database("fjord_meta_test") as url:
         yield url
 

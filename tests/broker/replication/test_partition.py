@@ -645,4 +645,4 @@ def test_a_fenced_broker_named_leader_leads_nothing(tmp_path, log):
     assert [p.tp for p in led] == [("t", 0)] and manager.partition("t", 0).is_leader
     # An unfenced registration of an earlier process of this broker is not this one's.
     manager.image.brokers = {NODE: BrokerRegistration(NODE, 4)}
-    assert not manager._may_lead()
+    assert not manager.may_lead()
