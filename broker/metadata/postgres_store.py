@@ -221,7 +221,12 @@ class PostgresMetadataStore:
                     )
                 with self._conn.transaction(), self._conn.cursor() as cur:
                     yield cur
-            except psycopg.OperationalError as exc:
+            except psycopg.Error as exc:
+                # Not only OperationalErrors lose the connection: the server ends a session
+                # idle in a transaction past its timeout (a broker paused mid-write) with an
+                # InternalError, 25P03.
+                if not isinstance(exc, psycopg.OperationalError) and not self._conn.broken:
+                    raise
                 self._discard()
                 raise MetadataStoreUnavailable(f"metadata store at {self._where}: {exc}") from exc
 

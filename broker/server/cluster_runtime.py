@@ -279,6 +279,11 @@ class ClusterRuntime:
             except MetadataStoreUnavailable as e:
                 log.warning("could not renew the broker lease: %s", e)
                 continue
+            except Exception:
+                # Whatever failed, the loop must go on: without heartbeats the broker would
+                # stay fenced for good.
+                log.exception("renewing the broker lease failed")
+                continue
             if not alive:
                 log.error(
                     "broker %d's registration (epoch %d) was replaced: is another process "

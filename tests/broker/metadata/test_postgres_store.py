@@ -733,6 +733,30 @@ def test_a_lost_connection_raises_unavailable_and_the_next_call_reconnects(
     assert set(store.partitions()) == {"orders", "payments"}
 
 
+def test_a_session_ended_inside_a_transaction_raises_unavailable_and_the_next_call_reconnects(
+    open_store, postgres_admin
+):
+    """What a broker paused mid-write finds when it resumes: PostgreSQL ended its session for
+    idling in a transaction (an InternalError, not an OperationalError)."""
+    store = open_store(transaction_timeout_ms=100)
+    create(store, "orders", reg(1))
+
+    with pytest.raises(MetadataStoreUnavailable), store._transaction() as cur:
+        cur.execute("UPDATE fjord_meta_feed SET version = version")
+        pid = cur.connection.info.backend_pid
+        wait_for(
+            lambda: (
+                not postgres_admin.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)
+                ).fetchone()
+            ),
+            WAIT_S,
+            "PostgreSQL to end the session idle in its transaction",
+        )
+
+    assert store.topic("orders") is not None
+
+
 def test_a_lost_listener_raises_unavailable_then_reports_a_possible_change(
     open_store, postgres_url, postgres_admin
 ):
