@@ -5,6 +5,7 @@ dirs with sizes (DescribeLogDirs, which fenced brokers are not asked)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,8 +53,10 @@ class _Described:
 
 
 async def _describe(admin: AdminClient) -> _Described:
-    cluster = await admin.describe_cluster(include_fenced_brokers=True)
-    metadata = await admin.retrying(lambda: admin.metadata(None))
+    cluster, metadata = await asyncio.gather(
+        admin.describe_cluster(include_fenced_brokers=True),
+        admin.retrying(lambda: admin.metadata(None)),
+    )
     led: Counter[int] = Counter()
     hosted: Counter[int] = Counter()
     for topic in metadata.topics:
@@ -63,12 +66,16 @@ async def _describe(admin: AdminClient) -> _Described:
     return _Described(cluster, led, hosted)
 
 
-def cluster_overview(call: Callable[[Any], Any] = kafka.call) -> ClusterOverview:
+def cluster_overview(
+    call: Callable[[Any], Any] = kafka.call, *, log_dirs: bool = True
+) -> ClusterOverview:
     """The overview through `call` (kafka.call, or the console's broker_call, which turns a
-    failure into a message on the page); its errors are call's."""
+    failure into a message on the page); its errors are call's. Without `log_dirs`, no
+    broker is asked for its log dirs (each broker's answer lists every replica it holds)."""
     described: _Described = call(_describe)
-    usage = disk_usage()
     cluster = described.cluster
+    alive = [node.node_id for node in cluster.brokers if not node.fenced]
+    usage = disk_usage(alive) if log_dirs else None
     return ClusterOverview(
         cluster_id=cluster.cluster_id,
         controller_id=cluster.controller_id,

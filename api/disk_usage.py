@@ -4,6 +4,7 @@ kafka-log-dirs.sh shows), for the topic and broker pages of the API and the cons
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 
 from api import kafka
 from api.kafka import BrokerUnavailable
@@ -54,11 +55,12 @@ class DiskUsage:
         return dirs
 
 
-def disk_usage() -> DiskUsage | None:
+def disk_usage(brokers: Iterable[int] | None = None) -> DiskUsage | None:
     """Sizes are an extra on the pages that show them: None, and the sizes null, when the
     broker cannot say (the control plane's principal may not DESCRIBE the cluster, a broker is
-    unreachable or slow), rather than failing the page or the call that wanted them."""
+    unreachable or slow), rather than failing the page or the call that wanted them. From
+    `brokers` where the caller knows them, else from every broker Metadata lists."""
     try:
-        return DiskUsage(kafka.call(lambda admin: admin.describe_log_dirs()))
+        return DiskUsage(kafka.call(lambda admin: admin.describe_log_dirs(brokers)))
     except (KafkaAdminError, BrokerUnavailable, TimeoutError):
         return None

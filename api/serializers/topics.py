@@ -139,7 +139,7 @@ class PartitionSerializer(serializers.Serializer):
     offline_replicas = serializers.ListField(
         child=serializers.IntegerField(), help_text="Replicas on brokers fenced or gone."
     )
-    under_replicated = serializers.SerializerMethodField(
+    under_replicated = serializers.BooleanField(
         help_text="Whether the ISR lacks one of the replicas."
     )
     log_start_offset = serializers.IntegerField(help_text="-1 while the partition is offline.")
@@ -151,9 +151,6 @@ class PartitionSerializer(serializers.Serializer):
     size_bytes = serializers.SerializerMethodField(
         help_text="Bytes on disk (its largest replica); null when unknown."
     )
-
-    def get_under_replicated(self, partition) -> bool:
-        return len(partition.isr) < len(partition.replicas)
 
     def get_size_bytes(self, partition) -> int | None:
         return self.context.get("partition_sizes", {}).get(partition.partition)

@@ -23,6 +23,17 @@ def search(items: Sequence[Any], term: str | None, key: Callable[[Any], str]) ->
     return [item for item in items if term in key(item).casefold()]
 
 
+def query_flag(request: Request, name: str, default: bool) -> bool:
+    """A yes/no query parameter, spelt as DRF's BooleanField accepts it; anything else (or
+    nothing) is the default."""
+    value = request.query_params.get(name)
+    if value in serializers.BooleanField.TRUE_VALUES:
+        return True
+    if value in serializers.BooleanField.FALSE_VALUES:
+        return False
+    return default
+
+
 class BrokerViewSet(viewsets.GenericViewSet):
     """A viewset over broker state: no queryset, lists come from an admin client call."""
 

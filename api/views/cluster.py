@@ -3,7 +3,7 @@ kafka-broker-api-versions, kafka-log-dirs and kafka-configs --entity-type broker
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
@@ -18,7 +18,7 @@ from api.serializers.cluster import (
     ConfigAlterSerializer,
     ConfigEntrySerializer,
 )
-from api.views.base import BrokerViewSet, alter_resource_configs, resource_configs
+from api.views.base import BrokerViewSet, alter_resource_configs, query_flag, resource_configs
 from broker.client.models import ConfigResourceType, Node
 
 
@@ -42,8 +42,19 @@ class ClusterViewSet(BrokerViewSet):
     serializer_class = ClusterSerializer
     pagination_class = None
 
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "log_dirs",
+                bool,
+                description="Ask each broker for its log dirs (the default); false leaves "
+                "them null, for a view refreshed often that does not show them.",
+            )
+        ]
+    )
     def list(self, request: Request) -> Response:
-        return Response(ClusterSerializer(cluster_overview()).data)
+        overview = cluster_overview(log_dirs=query_flag(request, "log_dirs", default=True))
+        return Response(ClusterSerializer(overview).data)
 
 
 class BrokerNodeViewSet(BrokerViewSet):

@@ -23,11 +23,15 @@ from api.serializers.topics import (
     TopicDescriptionSerializer,
     TopicListingSerializer,
 )
-from api.views.base import BrokerViewSet, alter_resource_configs, resource_configs, search
+from api.views.base import (
+    BrokerViewSet,
+    alter_resource_configs,
+    query_flag,
+    resource_configs,
+    search,
+)
 from broker.client import PartitionReader, Producer
 from broker.client.models import ConfigResourceType, NewTopic, TopicDescription
-
-TRUE_VALUES = {"true", "1", "yes", "on"}
 
 
 def describe_topic(name: str) -> TopicDescription:
@@ -68,7 +72,7 @@ class TopicViewSet(BrokerViewSet):
         responses=TopicListingSerializer(many=True),
     )
     def list(self, request: Request) -> Response:
-        internal = request.query_params.get("internal", "").lower() in TRUE_VALUES
+        internal = query_flag(request, "internal", default=False)
         topics = kafka.call(lambda admin: admin.list_topics(include_internal=internal))
         topics = search(topics, request.query_params.get("search"), lambda t: t.name)
         return self.paginated(request, topics, TopicListingSerializer)

@@ -122,6 +122,16 @@ class PartitionDescription:
     # Replicas on brokers that are fenced or gone (Metadata v5+).
     offline_replicas: list[int] = field(default_factory=list)
 
+    @property
+    def offline(self) -> bool:
+        """Without a leader: no writes, no reads, no offsets."""
+        return self.leader < 0
+
+    @property
+    def under_replicated(self) -> bool:
+        """Its ISR lacks one of its replicas."""
+        return len(self.isr) < len(self.replicas)
+
 
 @dataclass(frozen=True)
 class TopicDescription:

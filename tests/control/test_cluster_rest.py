@@ -41,6 +41,21 @@ def test_cluster_describes_brokers_as_confluent_sees_them(viewer_api, confluent)
     }
 
 
+def test_cluster_log_dirs_only_when_not_declined(viewer_api, broker_settings, control_broker):
+    """The console's Brokers page refreshes every few seconds without log dirs: no broker is
+    asked to list its replicas then."""
+    asked = viewer_api.get("/api/v1/cluster/").json()
+    declined = viewer_api.get("/api/v1/cluster/?log_dirs=false").json()
+
+    [with_dirs] = asked["brokers"]
+    [without] = declined["brokers"]
+    assert [d["path"] for d in with_dirs["log_dirs"]] == [str(control_broker.log_dir.absolute())]
+    assert (without["log_dirs"], without["size_bytes"]) == (None, None)
+    assert {k: v for k, v in without.items() if k not in ("log_dirs", "size_bytes")} == {
+        k: v for k, v in with_dirs.items() if k not in ("log_dirs", "size_bytes")
+    }
+
+
 def test_brokers_list_and_detail(viewer_api, broker_id, control_broker, confluent, unique):
     topic = unique("log-dirs")
     confluent.create_topics([NewTopic(topic, 2, 1)])[topic].result(timeout=30)

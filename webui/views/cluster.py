@@ -33,7 +33,11 @@ def cluster(request: HttpRequest) -> HttpResponse:
         "log_dirs": [
             {"broker": b.node.node_id, **log_dir} for b in brokers for log_dir in b.log_dirs or ()
         ],
-        "brokers_config": {"api_url": reverse("api:cluster-list"), "refresh_seconds": 5},
+        # The refresh shows no log dirs: it spares every broker listing its replicas.
+        "brokers_config": {
+            "api_url": reverse("api:cluster-list") + "?log_dirs=false",
+            "refresh_seconds": 5,
+        },
     }
     return render(request, "webui/cluster/cluster.html", context)
 
