@@ -369,7 +369,9 @@ def _diverging_epoch(ctx: RequestContext, log, p):
     from (or that this log does not have) diverged; it is told where the leader's log for that
     epoch ends, and truncates there."""
     last_fetched_epoch = getattr(p, "last_fetched_epoch", -1)
-    if last_fetched_epoch < 0:
+    if last_fetched_epoch < 0 or log.leader_epochs.latest_epoch < 0:
+        # A log without epochs (entries in magic 0/1 since) cannot tell; a follower
+        # without epochs of its own truncated to its high watermark instead.
         return None
     epoch, end_offset = log.end_offset_for_epoch(last_fetched_epoch)
     if epoch < last_fetched_epoch or end_offset < p.fetch_offset:

@@ -86,9 +86,15 @@ class ReplicaFetcher:
         self._task: asyncio.Task | None = None
         self._session = None
         self._handler = FetchSessionHandler()
+        # Partitions whose logs hold no leader epochs (kept in magic 0/1): nothing to tell
+        # a divergence by, so they truncate to the high watermark before fetching, as
+        # Kafka's truncateToHighWatermark does for them.
+        self._without_epochs: set[tuple[str, int]] = set()
 
     def add(self, partition: Partition) -> None:
         self.partitions[partition.tp] = partition
+        if partition.log.leader_epochs.latest_epoch < 0:
+            self._without_epochs.add(partition.tp)
         self._changed.set()
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run())
@@ -132,6 +138,18 @@ class ReplicaFetcher:
 
     async def _fetch_once(self) -> None:
         config = self.broker.config
+        while self._without_epochs:
+            partition = self.partitions.get(tp := self._without_epochs.pop())
+            log_ = partition.log if partition is not None else None
+            if log_ is not None and log_.log_end_offset > log_.high_watermark:
+                log.info(
+                    "%s-%d: no leader epochs to truncate by, truncating to the high watermark %d",
+                    *tp,
+                    log_.high_watermark,
+                )
+                await self.truncations.run(
+                    tp, self.broker.log_manager.truncate_to, *tp, log_.high_watermark
+                )
         session = await self._connect()
         wanted = {}
         for (topic, index), partition in self.partitions.items():

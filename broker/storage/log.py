@@ -461,7 +461,9 @@ class Log:
                         f"offset {base_offset} below log end offset {self._log_end_offset}"
                     )
             last_offset = base_offset + header.last_offset_delta
-            if self.config.log_append_time:
+            if self.config.log_append_time and assign_offsets:
+                # Only the leader stamps: a replica keeps the leader's bytes (Kafka's
+                # appendAsFollower), and a magic 0/1 entry has no v2 header to stamp.
                 head = bytearray(with_log_append_time(view, now_ms, base_offset=base_offset))
                 max_timestamp = log_append_time = now_ms
             else:
@@ -477,6 +479,8 @@ class Log:
             # Kafka's maybeAssignEpochStartOffset; batches without an epoch (-1) record none.
             if leader_epoch != self.leader_epochs.latest_epoch and leader_epoch >= 0:
                 self.leader_epochs.assign(leader_epoch, base_offset)
+            elif header.magic < MAGIC_V2:
+                self._forget_epochs(header.magic)  # a replica of a log kept in magic 0/1
             self._log_end_offset = last_offset + 1
             self._unflushed_messages += header.last_offset_delta + 1
             if marker is not None:
@@ -496,6 +500,18 @@ class Log:
             size,
         )
 
+    def _forget_epochs(self, magic: int) -> None:
+        """Kafka's answer to a magic 0/1 append: such entries carry no epoch, so the cache
+        can no longer tell epochs' ends; truncation falls back to the high watermark, and
+        OffsetForLeaderEpoch answers UNDEFINED."""
+        if self.leader_epochs.latest_epoch != UNDEFINED_EPOCH:
+            logger.warning(
+                "%s: clearing the leader epoch cache after an append in magic %d",
+                self.directory.name,
+                magic,
+            )
+            self.leader_epochs.clear()
+
     def append_legacy(self, message_set: LegacyAppend, *, now_ms: int) -> AppendResult:
         """Append a message set of magic 0/1 (a log kept in an old format, seed 004) at the
         log end, each shallow entry indexed on its own. Such entries carry no producer."""
@@ -507,16 +523,7 @@ class Log:
             max_timestamp = max(ts for _, _, ts in entries)
             segment = self._maybe_roll(len(data), max_timestamp, last_offset, now_ms)
             segment.append_entries(data, entries)
-            if self.leader_epochs.latest_epoch != UNDEFINED_EPOCH:
-                # Kafka's answer to a magic 0/1 append: such entries carry no epoch, so the
-                # cache can no longer tell epochs' ends; truncation falls back to the high
-                # watermark, and OffsetForLeaderEpoch answers UNDEFINED.
-                logger.warning(
-                    "%s: clearing the leader epoch cache after an append in magic %d",
-                    self.directory.name,
-                    message_set.magic,
-                )
-                self.leader_epochs.clear()
+            self._forget_epochs(message_set.magic)
             self._log_end_offset = last_offset + 1
             self._unflushed_messages += message_set.count
             self._appended(len(data))

@@ -6,13 +6,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
-from harness import Cluster, assert_formed
+from harness import Cluster, assert_formed, netns_unsupported
 from postgres_database import skip_without_postgres
 
 
 @pytest.fixture
 def postgres() -> None:
     skip_without_postgres()
+
+
+@pytest.fixture
+def netns() -> None:
+    reason = netns_unsupported()
+    if reason:
+        pytest.skip(f"no network namespaces here: {reason}")
 
 
 @pytest.fixture

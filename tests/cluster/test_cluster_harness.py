@@ -22,7 +22,6 @@ from harness import (
     Network,
     ProxyLoop,
     StoreProxy,
-    netns_unsupported,
     wait_for,
 )
 from postgres_database import ADMIN_URL
@@ -42,13 +41,6 @@ def proxy(postgres):
     yield proxy
     proxy.close()
     loop.close()
-
-
-@pytest.fixture
-def netns() -> None:
-    reason = netns_unsupported()
-    if reason:
-        pytest.skip(f"no network namespaces here: {reason}")
 
 
 @pytest.fixture(params=["netns", "loopback"])

@@ -174,3 +174,49 @@ def test_what_old_formats_cannot_hold_is_refused():
     with pytest.raises(InvalidRecordError) as e:
         to_legacy(idempotent, 0)
     assert e.value.error_code == UNSUPPORTED_FOR_MESSAGE_FORMAT
+
+
+def replicate(leader, follower, now_ms):
+    """What a replica fetcher does with a fetch answer: append each entry as the leader has
+    it, offsets kept."""
+    while follower.log_end_offset < leader.log_end_offset:
+        data = leader.read(follower.log_end_offset, 1 << 20)
+        buf = memoryview(b"".join(bytes(c) for c in data.records))
+        for pos, header in iter_batches(buf):
+            if header.next_offset > follower.log_end_offset:
+                view = buf[pos : pos + header.size]
+                follower.append(view, header, now_ms=now_ms, assign_offsets=False)
+
+
+def stored(log):
+    return b"".join(bytes(s.read_at(0, s.size)) for s in log.segments)
+
+
+@pytest.mark.parametrize("timestamp_type", ["CreateTime", "LogAppendTime"])
+@pytest.mark.parametrize("magic", [0, 1, 2])
+def test_a_replica_keeps_the_leaders_entries_byte_for_byte(tmp_path, magic, timestamp_type):
+    """Whatever the format and timestamp type: a follower neither stamps its own append time
+    (Kafka's appendAsFollower keeps the leader's) nor reads a v2 header into an old entry,
+    and entries without epochs make it forget its epochs, as the leader did."""
+    config = LogConfig(
+        segment_bytes=700,
+        message_format_version=OLD.get(magic, "3.0"),
+        message_timestamp_type=timestamp_type,
+    )
+    leader = Log.open(tmp_path / "leader", config)
+    follower = Log.open(tmp_path / "follower", config, high_watermark_follows_appends=False)
+    for i in range(8):
+        batch = v2_batch(i, compression=i % 4)
+        if magic < 2 and i >= 2:  # the first two from before the topic's format was old
+            leader.append_legacy(to_legacy(batch, magic), now_ms=9000 + i)
+        else:
+            header = validate_produce_batch(batch)
+            leader.append(batch, header, now_ms=9000 + i, leader_epoch=3)
+        replicate(leader, follower, now_ms=50_000)
+
+    assert follower.log_end_offset == leader.log_end_offset == 24
+    assert stored(follower) == stored(leader)
+    assert read_all(follower) == read_all(leader)
+    assert follower.leader_epochs.latest_epoch == leader.leader_epochs.latest_epoch
+    leader.close()
+    follower.close()
