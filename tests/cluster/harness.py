@@ -649,17 +649,20 @@ class Cluster:
         min_isr: int = 1,
         excluding: Iterable[int] = (),
         timeout: float = 60,
+        partitions: int | None = None,
     ) -> dict[int, PartitionState]:
-        """Until every partition of `topic` has a leader among the alive brokers not in
-        `excluding` (an isolated broker still runs, and may still believe it leads) and at
-        least `min_isr` replicas in sync; the partitions then."""
+        """Until every partition of `topic` (`partitions` of them, if given: the answering
+        broker may not know of partitions just added) has a leader among the alive brokers
+        not in `excluding` (an isolated broker still runs, and may still believe it leads)
+        and at least `min_isr` replicas in sync; the partitions then."""
         excluded = set(excluding)
         seen: list[MetadataView | None] = [None]
+        count = partitions
 
         def led() -> dict[int, PartitionState] | None:
             view = seen[0] = self.metadata([n for n in self.alive() if n not in excluded])
             partitions = view.topics.get(topic) if view else None
-            if not partitions:
+            if not partitions or (count is not None and len(partitions) != count):
                 return None
             leaders = set(self.alive()) - excluded
             for p in partitions.values():

@@ -186,7 +186,7 @@ def test_new_partitions_go_where_named_or_onto_enough_usable_brokers(make_formed
         return refusal.value.args[0].code()
 
     grow(2, [[3, 1, 2]])
-    placed = cluster.wait_for_leaders(topic, min_isr=3)
+    placed = cluster.wait_for_leaders(topic, min_isr=3, partitions=2)
     assert placed[1].replicas == (3, 1, 2) and placed[1].leader == 3
     assert refused(3, [[1, 2]]) == KafkaError.INVALID_REPLICA_ASSIGNMENT  # 2 replicas, not 3
     assert refused(3, [[1, 1, 2]]) == KafkaError.INVALID_REPLICA_ASSIGNMENT
@@ -202,9 +202,9 @@ def test_new_partitions_go_where_named_or_onto_enough_usable_brokers(make_formed
     )
     assert refused(3) == KafkaError.INVALID_REPLICATION_FACTOR
     grow(3, [[2, 1, 3]])
-    placed = cluster.wait_for_leaders(topic, min_isr=2)
+    placed = cluster.wait_for_leaders(topic, min_isr=2, partitions=3)
     assert placed[2].replicas == (2, 1, 3) and placed[2].leader == 1
     assert set(placed[2].isr) == {1, 3}
     # Back, it catches up and joins the ISR of the partition created without it.
     cluster.restart(2)
-    assert set(cluster.wait_for_leaders(topic, min_isr=3)[2].isr) == {1, 2, 3}
+    assert set(cluster.wait_for_leaders(topic, min_isr=3, partitions=3)[2].isr) == {1, 2, 3}
