@@ -124,17 +124,28 @@ def controller_id(broker) -> int:
 
 def partition_state(broker, topic: str, partition: int) -> dict:
     """A partition's leader and replicas, as Metadata and DescribeTopicPartitions give them.
-    Replicas on brokers that are fenced or gone are offline; a partition without a leader
-    answers LEADER_NOT_AVAILABLE, as Kafka's metadata cache does."""
+    Replicas on brokers that are fenced or gone (or that this broker just lost and does not
+    know to live, ClusterRuntime.connection_lost) are offline; a partition without a leader,
+    or whose leader is offline (its successor not elected yet), answers LEADER_NOT_AVAILABLE
+    and no leader, as Kafka's metadata cache does for a leader not alive: clients then keep
+    looking the partition up, where a dead leader named would have them wait on it."""
     image = broker.image
     reg = image.partition(topic, partition)
     if reg is None:  # a topic's partitions being added, not yet registered
         reg = PartitionRegistration((), (), NO_LEADER, -1)
-    offline = tuple(r for r in reg.replicas if r not in image.brokers or image.brokers[r].fenced)
+    cluster = broker.cluster
+    offline = tuple(
+        r
+        for r in reg.replicas
+        if r not in image.brokers
+        or image.brokers[r].fenced
+        or (cluster is not None and cluster.lost(r))
+    )
+    leader = NO_LEADER if reg.leader in offline else reg.leader
     return {
-        "error_code": ErrorCode.leader_not_available if reg.offline else ErrorCode.none,
+        "error_code": ErrorCode.leader_not_available if leader == NO_LEADER else ErrorCode.none,
         "partition_index": partition,
-        "leader_id": reg.leader,
+        "leader_id": leader,
         "leader_epoch": reg.leader_epoch,
         "replica_nodes": reg.replicas,
         "isr_nodes": reg.isr,

@@ -35,6 +35,9 @@ class ResponseFrames(asyncio.BufferedProtocol):
         self._decoder = FrameDecoder(MAX_FRAME)
         self.transport: asyncio.Transport | None = None
         self.closed = asyncio.get_running_loop().create_future()
+        # Called, as the transport reports it, when the broker closes the connection (not
+        # when this side does).
+        self.on_lost: Callable[[], None] | None = None
         self._writable = asyncio.Event()
         self._writable.set()
 
@@ -61,11 +64,14 @@ class ResponseFrames(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed.done():
             self.closed.set_result(None)
+            if self.on_lost is not None:
+                self.on_lost()
         self._writable.set()  # a waiting writer finds the connection closed
 
     def close(self) -> None:
         """Closed by this side: closed at once for the requests, whatever the transport still
         has to flush."""
+        self.on_lost = None
         self.transport.close()
         self.connection_lost(None)
 
@@ -164,6 +170,11 @@ class BrokerConnection:
             if not future.done():
                 future.set_exception(ConnectionClosed("connection closed by the broker"))
         self._pending.clear()
+
+    def when_lost(self, callback: Callable[[], None]) -> None:
+        """Call `callback` as soon as the broker closes the connection (or the network loses
+        it): before the requests waiting on it fail."""
+        self._frames.on_lost = callback
 
     @property
     def closed(self) -> bool:

@@ -10,7 +10,7 @@ default is false), and only when no in-sync replica is usable.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Set
 from dataclasses import replace
 
 from broker.metadata.cluster import NO_LEADER, PartitionRegistration
@@ -20,11 +20,14 @@ PartitionChange = tuple[str, int, int, PartitionRegistration]  # topic, index, e
 
 
 def partition_changes(
-    image: MetadataImage, unclean_allowed: Callable[[TopicMetadata], bool] = lambda _: False
+    image: MetadataImage,
+    unclean_allowed: Callable[[TopicMetadata], bool] = lambda _: False,
+    gone: Set[int] = frozenset(),
 ) -> Iterator[PartitionChange]:
-    """The changes that bring every partition in line with which brokers are usable;
-    `unclean_allowed(topic)` is its unclean.leader.election.enable."""
-    usable = image.usable_brokers()
+    """The changes that bring every partition in line with which brokers are usable (not
+    those `gone`, about to be fenced); `unclean_allowed(topic)` is its
+    unclean.leader.election.enable."""
+    usable = image.usable_brokers() - gone
     for topic in image.topics():
         unclean: bool | None = None  # looked up for a topic with a partition left leaderless
         for index, reg in image.registrations(topic.name).items():

@@ -655,6 +655,11 @@ class PostgresMetadataStore:
                 session_timeout_ms,
             )
 
+    def broker_alive(self, node_id: int) -> bool:
+        """Whether broker `node_id`'s process holds its liveness lock: its session lives."""
+        with self._transaction() as cur:
+            return cur.execute(f"SELECT {_live('%s')}", (node_id,)).fetchone()[0]
+
     def begin_controlled_shutdown(self, node_id: int, broker_epoch: int) -> bool:
         with self._transaction() as cur:
             return self._set_broker_flag(cur, "in_controlled_shutdown", node_id, broker_epoch, True)

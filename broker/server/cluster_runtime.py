@@ -42,6 +42,13 @@ log = logging.getLogger("broker.cluster")
 FEED_POLL_S = 1.0
 # How often the controller looks for brokers gone (their liveness lock free).
 CONTROLLER_TICK_S = 0.05
+# How often, and for how long, the controller looks after a connection to a broker was
+# lost: a process killed frees its lock moments after its connections drop.
+SUSPECT_TICK_S = 0.005
+SUSPECT_WINDOW_S = 0.1
+# When a broker lost is asked after again while its lock is still held: the database may
+# see the connection drop a moment after this broker did (later still on a loaded machine).
+LOST_RECHECKS_S = (0.01, 0.02, 0.04, 0.08)
 LATEST = 2**62
 
 
@@ -64,6 +71,11 @@ class ClusterRuntime:
         self._tasks: list[asyncio.Task] = []
         self._next_rebalance = 0.0  # loop time of the next preferred-leader check
         self._decisions_due = True  # the metadata changed since the controller last looked
+        self._gone_before: set[int] = set()  # brokers found gone in the controller's last round
+        self._suspect_until = 0.0  # loop time until which the controller looks more often
+        # Brokers this one lost a connection to, by the broker epoch they had then, while
+        # not known to live (see connection_lost).
+        self._lost: dict[int, int] = {}
 
     async def meta(self, fn, *args):
         return await self.broker._in_metadata_thread(fn, *args)
@@ -332,8 +344,50 @@ class ClusterRuntime:
             except Exception:
                 log.exception("controller round failed")
             self._controller_wakeup.clear()
+            wait = SUSPECT_TICK_S if loop.time() < self._suspect_until else tick
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._controller_wakeup.wait(), tick)
+                await asyncio.wait_for(self._controller_wakeup.wait(), wait)
+
+    def connection_lost(self, node_id: int) -> None:
+        """A connection to broker `node_id` was lost (a replica fetcher's). Until the store
+        says its process lives, Metadata names it leader of nothing: a client that lost the
+        same connection asks at once, and a dead leader named would have it wait to
+        reconnect (librdkafka looks again only a second later), where no leader has it keep
+        asking until the successor is elected. If the process died, the controller (this
+        broker, or this broker once it claims a dead controller's lease) fences it within
+        milliseconds rather than at its next tick."""
+        registration = self.broker.image.brokers.get(node_id)
+        if registration is None or registration.fenced or node_id in self._lost:
+            return
+        self._lost[node_id] = registration.broker_epoch
+        self._suspect_until = asyncio.get_running_loop().time() + SUSPECT_WINDOW_S
+        self._controller_wakeup.set()
+        self.broker.track(asyncio.create_task(self._confirm_lost(node_id)))
+
+    async def _confirm_lost(self, node_id: int) -> None:
+        """Keep `node_id` lost if its process is gone (until the image says what became of
+        it: fenced, or registered again); forget it if it lives (a network fault)."""
+        for pause in (0.0, *LOST_RECHECKS_S):
+            await asyncio.sleep(pause)
+            try:
+                if not await self.meta(self.store.broker_alive, node_id):
+                    log.info("broker %d is gone: its leadership is not offered", node_id)
+                    return
+            except MetadataStoreUnavailable:
+                break  # cannot tell: not taken for gone
+        self._lost.pop(node_id, None)
+
+    def lost(self, node_id: int) -> bool:
+        """Whether this broker lost its connection to `node_id`, registered as it is in the
+        image, and does not know it to live."""
+        epoch = self._lost.get(node_id)
+        if epoch is None:
+            return False
+        registration = self.broker.image.brokers.get(node_id)
+        if registration is None or registration.fenced or registration.broker_epoch != epoch:
+            del self._lost[node_id]  # the image tells what became of it now
+            return False
+        return True
 
     @property
     def is_controller(self) -> bool:
@@ -365,17 +419,25 @@ class ClusterRuntime:
         controller = (self.broker.node_id, self.controller_epoch)
         store = self.store
         lapsed = await self.meta(store.lapsed_brokers)
-        for node_id, epoch in lapsed:
+        gone = {node_id for node_id, _ in lapsed}
+        # A broker gone is fenced a round after its partitions were led elsewhere, not in
+        # the same breath: librdkafka, told that a broker is gone moments before or after
+        # being told who leads its partitions now, can lose the new leader and wait a second
+        # to ask again.
+        fenced = [(n, e) for n, e in lapsed if n in self._gone_before]
+        for node_id, epoch in fenced:
             log.info("fencing broker %d (epoch %d): it is gone or its lease lapsed", node_id, epoch)
             await self.meta(store.set_broker_fenced, controller, node_id, epoch, True)
-        if lapsed:
-            # At once, to elect in this tick; other changes arrive through the feed.
-            await self.catch_up()
+        if fenced:
+            await self.catch_up()  # other changes arrive through the feed
+        if gone - self._gone_before:
+            self._decisions_due = True
+        self._gone_before = gone
         rebalance = self.config["auto.leader.rebalance.enable"] and self._rebalance_due()
         if self._decisions_due or rebalance:
             # Only after a change: partitions are many, and nothing else moves them.
             self._decisions_due = False
-            await self._change_partitions(rebalance)
+            await self._change_partitions(rebalance, gone)
         renewed = await self.meta(store.renewed_brokers)
         if not renewed:
             return  # the usual case: nothing to look up across every partition
@@ -391,17 +453,19 @@ class ClusterRuntime:
             if node_id not in in_isr:
                 await self.meta(store.set_broker_fenced, controller, node_id, epoch, False)
 
-    async def _change_partitions(self, rebalance: bool) -> None:
+    async def _change_partitions(self, rebalance: bool, gone: set[int]) -> None:
         rm = self.broker.replica_manager
         changes = list(
             partition_changes(
                 self.broker.image,
                 lambda topic: rm.topic_config_value(topic, "unclean.leader.election.enable"),
+                gone,
             )
         )
-        changes += reassignment_changes(self.broker.image)
-        if rebalance:
-            changes += preferred_leader_changes(self.broker.image, exclude=changes)
+        if not gone:  # else once they are fenced: they would still count as usable here
+            changes += reassignment_changes(self.broker.image)
+            if rebalance:
+                changes += preferred_leader_changes(self.broker.image, exclude=changes)
         if changes:
             await self.alter_partitions(changes)
 

@@ -124,6 +124,8 @@ class ReplicaFetcher:
                 raise
             except Exception as e:  # a lost connection or a leader gone: try again later
                 log.info("fetching from broker %d failed: %s", self.leader_id, e)
+                if isinstance(e, OSError) and self.broker.cluster is not None:
+                    self._lost()  # a connection refused, or the connection lost
                 await self._close()
                 await self._pause(config["replica.fetch.backoff.ms"] / 1000)
         await self._close()
@@ -133,8 +135,15 @@ class ReplicaFetcher:
             self._session = await open_inter_broker_session(
                 self.broker, self.leader_id, f"fjord-replica-fetcher-{self.fetcher_id}"
             )
+            if self.broker.cluster is not None:
+                # At once, not once the fetch waiting on it has failed: a client that lost
+                # its connection to the same leader is asking for metadata meanwhile.
+                self._session.connection.when_lost(self._lost)
             self._handler.reset()
         return self._session
+
+    def _lost(self) -> None:
+        self.broker.cluster.connection_lost(self.leader_id)
 
     async def _fetch_once(self) -> None:
         config = self.broker.config

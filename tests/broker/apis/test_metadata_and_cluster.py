@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kafka_requests import req
 from kio.schema.errors import ErrorCode
 
@@ -128,3 +130,20 @@ async def test_describe_cluster_v2_flags_fenced_brokers(broker, broker_client):
         assert [(b.broker_id, b.host, b.port, b.is_fenced) for b in response.brokers] == [
             (broker.node_id, host, port, False)
         ]
+
+
+async def test_a_partition_whose_leader_is_fenced_has_no_leader_to_offer(broker, broker_client):
+    """Between the controller fencing a dead leader and electing its successor, Metadata
+    names no leader (LEADER_NOT_AVAILABLE, leader -1, the leader offline), as KRaft's
+    metadata cache does for a leader that is not alive: a client then keeps looking the
+    partition up, where a dead leader named would have it wait to reconnect. The image here
+    is as the change feed leaves it in that moment."""
+    await broker.create_topic("orphaned", 1, {})
+    me = broker.node_id
+    broker.image.brokers = {me: replace(broker.image.brokers[me], fenced=True)}
+
+    response = await broker_client.send(metadata("orphaned"))
+
+    [p] = response.topics[0].partitions
+    assert (p.error_code, p.leader_id) == (ErrorCode.leader_not_available, -1)
+    assert (p.replica_nodes, p.isr_nodes, p.offline_replicas) == ((me,), (me,), (me,))

@@ -72,6 +72,20 @@ def test_an_unusable_leader_is_replaced_by_the_first_in_sync_replica_in_replica_
     ]
 
 
+def test_a_broker_gone_but_not_yet_fenced_is_left_as_a_fenced_one_would_be():
+    """The controller moves leadership off a broker whose process is gone before it fences
+    it (cluster_runtime), so the image still shows it usable then."""
+    r = reg((1, 2, 3), isr=(1, 3, 2))
+    image = image_of(up(1, 2, 3), orders={0: r})
+    fenced = image_of([broker(1, fenced=True), broker(2), broker(3)], orders={0: r})
+    assert list(partition_changes(image)) == []
+    assert (
+        list(partition_changes(image, gone={1}))
+        == list(partition_changes(fenced))
+        == [("orders", 0, 9, replace(r, isr=(3, 2), leader=2, leader_epoch=5, partition_epoch=10))]
+    )
+
+
 def test_a_broker_not_registered_is_not_usable():
     r = reg((1, 2))
     assert changed_registration(r, {1}) == replace(r, isr=(1,), partition_epoch=10)

@@ -814,7 +814,10 @@ def test_a_broker_whose_process_is_gone_lapses_and_its_controller_lease_is_taken
     assert dying.set_broker_fenced((1, epoch), 2, alive, False) is True
     assert survivor.claim_controller(2, alive, LONG_MS) is None  # held by a live broker
     assert survivor.lapsed_brokers() == []
+    assert survivor.broker_alive(1) and survivor.broker_alive(2)
+    assert not survivor.broker_alive(3)  # never registered
     dying.close()  # the process is gone, its session with it
     wait_for(lambda: survivor.lapsed_brokers() == [(1, dead)], WAIT_S, "broker 1 to lapse")
+    assert not survivor.broker_alive(1) and survivor.broker_alive(2)
     assert survivor.claim_controller(2, alive, LONG_MS) == epoch + 1
     assert survivor.controller() == (2, epoch + 1)
