@@ -307,11 +307,9 @@ def _read(broker, ctx: RequestContext, request, wanted, read_committed: bool):
         if name is not None and name not in readable:
             log, code = None, ErrorCode.topic_authorization_failed
         else:
-            log, code = rm.lookup(name, p.partition)
+            log, code = rm.lookup(name, p.partition, getattr(p, "current_leader_epoch", -1))
         if log is None and topic_id is not None and name is None:
             code = ErrorCode.unknown_topic_id
-        if code == ErrorCode.none:
-            code = rm.check_leader_epoch(name, p.partition, getattr(p, "current_leader_epoch", -1))
         records = b""
         aborted = None
         diverging = None

@@ -47,9 +47,7 @@ def handle_list_offsets(broker, ctx: RequestContext, request) -> object:
             elif p.timestamp < 0 and ctx.api_version < SPEC_SINCE.get(p.timestamp, 1 << 15):
                 log, code = None, ErrorCode.unsupported_version
             else:
-                log, code = rm.lookup(topic.name, p.partition_index)
-            if code == ErrorCode.none:
-                code = rm.check_leader_epoch(
+                log, code = rm.lookup(
                     topic.name, p.partition_index, getattr(p, "current_leader_epoch", -1)
                 )
             offset, timestamp = UNKNOWN

@@ -20,11 +20,9 @@ def handle_offset_for_leader_epoch(broker, ctx: RequestContext, request) -> obje
         partitions = []
         for p in topic.partitions:
             if topic.topic in names:
-                log, code = rm.lookup(topic.topic, p.partition)
+                log, code = rm.lookup(topic.topic, p.partition, p.current_leader_epoch)
             else:
                 log, code = None, ErrorCode.topic_authorization_failed
-            if code == ErrorCode.none:
-                code = rm.check_leader_epoch(topic.topic, p.partition, p.current_leader_epoch)
             epoch = end_offset = -1
             if code == ErrorCode.none:
                 epoch, end_offset = log.end_offset_for_epoch(p.leader_epoch)

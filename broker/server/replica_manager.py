@@ -449,26 +449,26 @@ class ReplicaManager:
 
     # -- lookups shared by the partition APIs ------------------------------------------------
 
-    def lookup(self, topic: str | None, partition: int) -> tuple[Log | None, ErrorCode]:
+    def lookup(
+        self, topic: str | None, partition: int, current_leader_epoch: int = -1
+    ) -> tuple[Log | None, ErrorCode]:
         """The log of a partition this broker leads; NOT_LEADER_OR_FOLLOWER for one it does
-        not (Kafka's getPartitionOrError)."""
+        not (Kafka's getPartitionOrError). A request made with a view of the leader
+        (`current_leader_epoch`) is checked against it first, as Kafka's getLocalLog does:
+        one from a newer epoch than this replica has heard of answers UNKNOWN_LEADER_EPOCH,
+        not NOT_LEADER_OR_FOLLOWER, even here before this broker learns it leads, so that a
+        follower tries again in a moment rather than after a whole fetch backoff."""
         meta = self.image.topic(topic) if topic is not None else None
         if meta is None or not 0 <= partition < meta.partitions:
             return None, ErrorCode.unknown_topic_or_partition
         hosted = self.partitions.get((topic, partition))
+        if hosted is not None and current_leader_epoch != -1:
+            if current_leader_epoch > hosted.leader_epoch:
+                return None, ErrorCode.unknown_leader_epoch
+            if current_leader_epoch < hosted.leader_epoch:
+                return None, ErrorCode.fenced_leader_epoch
         if hosted is None or not hosted.is_leader:
             if self.clustered:
                 return None, ErrorCode.not_leader_or_follower
             return None, ErrorCode.unknown_topic_or_partition
         return hosted.log, ErrorCode.none
-
-    def check_leader_epoch(
-        self, topic: str, partition: int, current_leader_epoch: int
-    ) -> ErrorCode:
-        """Kafka's fencing of requests made with a stale (or future) view of the leader."""
-        leader_epoch = self.leader_epoch_of(topic, partition)
-        if current_leader_epoch == -1 or current_leader_epoch == leader_epoch:
-            return ErrorCode.none
-        if current_leader_epoch > leader_epoch:
-            return ErrorCode.unknown_leader_epoch
-        return ErrorCode.fenced_leader_epoch
