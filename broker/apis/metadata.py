@@ -20,6 +20,8 @@ from broker.security.operations import AclOperation, ResourceType
 
 
 async def handle_metadata(broker, ctx: RequestContext, request) -> object:
+    if broker.cluster is not None:
+        await broker.cluster.settled()  # a leader lost this moment is not named
     image = broker.image
     all_topics = request.topics is None or (ctx.api_version == 0 and not request.topics)
     if (

@@ -360,8 +360,10 @@ class ClusterRuntime:
         if registration is None or registration.fenced or node_id in self._lost:
             return
         self._lost[node_id] = registration.broker_epoch
-        self._suspect_until = asyncio.get_running_loop().time() + SUSPECT_WINDOW_S
-        self._controller_wakeup.set()
+        if self.is_controller or node_id == self.broker.image.controller_id:
+            # Others would only contend for the controller's row and slow its writes.
+            self._suspect_until = asyncio.get_running_loop().time() + SUSPECT_WINDOW_S
+            self._controller_wakeup.set()
         self.broker.track(asyncio.create_task(self._confirm_lost(node_id)))
 
     async def _confirm_lost(self, node_id: int) -> None:
@@ -376,6 +378,15 @@ class ClusterRuntime:
             except MetadataStoreUnavailable:
                 break  # cannot tell: not taken for gone
         self._lost.pop(node_id, None)
+
+    async def settled(self) -> None:
+        """Once the I/O that came in with a request has been handled: a client that lost
+        its connection to a leader asks for metadata the moment it does, so its request and
+        the drop of this broker's own connection to that leader arrive together. Two turns
+        of the loop: one reads the drop, the next has the transport report it
+        (connection_lost then knows it)."""
+        for _ in range(2):
+            await asyncio.sleep(0)
 
     def lost(self, node_id: int) -> bool:
         """Whether this broker lost its connection to `node_id`, registered as it is in the
