@@ -43,6 +43,9 @@ async def handle_metadata(broker, ctx: RequestContext, request) -> object:
                 topics.append((found.name if found else None, requested.topic_id))
             else:
                 topics.append((name, None))
+    if broker.cluster is not None:
+        # A client whose leader just dropped is told the successor, not "no leader".
+        await broker.cluster.successors([name for name, _ in topics if name is not None])
 
     # v4+ lets the client say whether Metadata may create topics; older versions always may.
     may_create = (

@@ -49,6 +49,12 @@ SUSPECT_WINDOW_S = 0.1
 # When a broker lost is asked after again while its lock is still held: the database may
 # see the connection drop a moment after this broker did (later still on a loaded machine).
 LOST_RECHECKS_S = (0.01, 0.02, 0.04, 0.08)
+# How long Metadata holds its answer while a partition asked about is led by a broker this
+# one just lost: the controller elects a successor within milliseconds of a process's death,
+# where a client told "no leader" may look again only a second later (librdkafka, when the
+# leader's connection dropped with no request of the partition's in flight). Past it the
+# answer says no leader, as before.
+SUCCESSION_WAIT_S = 0.5
 LATEST = 2**62
 
 
@@ -67,7 +73,7 @@ class ClusterRuntime:
         self.fetchers = ReplicaFetcherManager(broker)
         self._catch_up_lock = asyncio.Lock()
         self._controller_wakeup = asyncio.Event()
-        self._applied = asyncio.Event()  # set whenever catch_up applied changes
+        self._applied = asyncio.Event()  # set when catch_up applied changes, or a lost one lives
         self._tasks: list[asyncio.Task] = []
         self._next_rebalance = 0.0  # loop time of the next preferred-leader check
         self._decisions_due = True  # the metadata changed since the controller last looked
@@ -205,6 +211,8 @@ class ClusterRuntime:
             await self._apply_topic(key)
         elif entity == "brokers":
             broker.image.brokers = await self.meta(store.brokers)
+            # A broker lost and since fenced or registered again is what the image says.
+            self._lost = {node: epoch for node, epoch in self._lost.items() if self.lost(node)}
         elif entity == "controller":
             broker.image.controller_id, _ = await self.meta(store.controller)
         elif entity == "acls":
@@ -352,10 +360,10 @@ class ClusterRuntime:
         """A connection to broker `node_id` was lost (a replica fetcher's). Until the store
         says its process lives, Metadata names it leader of nothing: a client that lost the
         same connection asks at once, and a dead leader named would have it wait to
-        reconnect (librdkafka looks again only a second later), where no leader has it keep
-        asking until the successor is elected. If the process died, the controller (this
-        broker, or this broker once it claims a dead controller's lease) fences it within
-        milliseconds rather than at its next tick."""
+        reconnect (librdkafka looks again only a second later). Metadata waits a moment for
+        the successor instead (successors), and past that says no leader. If the process
+        died, the controller (this broker, or this broker once it claims a dead controller's
+        lease) fences it within milliseconds rather than at its next tick."""
         registration = self.broker.image.brokers.get(node_id)
         if registration is None or registration.fenced or node_id in self._lost:
             return
@@ -378,6 +386,7 @@ class ClusterRuntime:
             except MetadataStoreUnavailable:
                 break  # cannot tell: not taken for gone
         self._lost.pop(node_id, None)
+        self._applied.set()  # what Metadata waits on (successors) is decided: it lives
 
     async def settled(self) -> None:
         """Once the I/O that came in with a request has been handled: a client that lost
@@ -395,10 +404,27 @@ class ClusterRuntime:
         if epoch is None:
             return False
         registration = self.broker.image.brokers.get(node_id)
-        if registration is None or registration.fenced or registration.broker_epoch != epoch:
-            del self._lost[node_id]  # the image tells what became of it now
-            return False
-        return True
+        return (
+            registration is not None
+            and not registration.fenced
+            and registration.broker_epoch == epoch
+        )
+
+    async def successors(self, topics: list[str]) -> None:
+        """Until no partition of `topics` is led by a broker this one lost (its successor is
+        elected, or the broker known to live), at most SUCCESSION_WAIT_S."""
+        if not self._lost:
+            return
+        image = self.broker.image
+
+        def decided() -> bool:
+            return not any(
+                self.lost(reg.leader)
+                for name in topics
+                for reg in image.registrations(name).values()
+            )
+
+        await self._until(decided, SUCCESSION_WAIT_S)
 
     @property
     def is_controller(self) -> bool:
