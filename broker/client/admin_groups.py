@@ -66,12 +66,14 @@ class GroupOperations(TopicOperations):
 
         async def attempt() -> list[GroupListing]:
             listings = []
-            for response in await self.send_to_every_node(
-                LIST_GROUPS,
-                "ListGroupsRequest",
-                states_filter=tuple(states),
-                types_filter=tuple(types),
-            ):
+            for response in (
+                await self.send_to_every_node(
+                    LIST_GROUPS,
+                    "ListGroupsRequest",
+                    states_filter=tuple(states),
+                    types_filter=tuple(types),
+                )
+            ).values():
                 check(response.error_code)
                 listings += [
                     GroupListing(g.group_id, g.protocol_type, g.group_state, g.group_type)

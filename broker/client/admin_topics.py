@@ -317,33 +317,30 @@ class TopicOperations(ClusterClient):
         """Each broker's log dirs (every broker of the cluster by default), with the size of
         every partition replica they hold, as kafka-log-dirs.sh lists them."""
 
-        async def attempt() -> dict[int, list[LogDirDescription]]:
-            if brokers is None:
-                await self.metadata()
-            described = {}
-            for node in sorted(self.nodes) if brokers is None else brokers:
-                session = await self.session(node)
-                response = await session.send(
-                    session.request(DESCRIBE_LOG_DIRS, "DescribeLogDirsRequest", topics=None)
+        def described(response) -> list[LogDirDescription]:
+            check(getattr(response, "error_code", ErrorCode.none), None)
+            return [
+                LogDirDescription(
+                    result.log_dir,
+                    {
+                        TopicPartition(t.name, p.partition_index): ReplicaInfo(
+                            p.partition_size, p.offset_lag, p.is_future_key
+                        )
+                        for t in result.topics
+                        for p in t.partitions
+                    },
+                    getattr(result, "total_bytes", -1),
+                    getattr(result, "usable_bytes", -1),
                 )
-                check(getattr(response, "error_code", ErrorCode.none), None)
-                described[node] = [
-                    LogDirDescription(
-                        result.log_dir,
-                        {
-                            TopicPartition(t.name, p.partition_index): ReplicaInfo(
-                                p.partition_size, p.offset_lag, p.is_future_key
-                            )
-                            for t in result.topics
-                            for p in t.partitions
-                        },
-                        getattr(result, "total_bytes", -1),
-                        getattr(result, "usable_bytes", -1),
-                    )
-                    for result in response.results
-                    if result.error_code == ErrorCode.none
-                ]
-            return described
+                for result in response.results
+                if result.error_code == ErrorCode.none
+            ]
+
+        async def attempt() -> dict[int, list[LogDirDescription]]:
+            responses = await self.send_to_every_node(
+                DESCRIBE_LOG_DIRS, "DescribeLogDirsRequest", brokers, topics=None
+            )
+            return {node: described(response) for node, response in responses.items()}
 
         return await self.retrying(attempt)
 

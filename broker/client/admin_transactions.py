@@ -28,13 +28,15 @@ class TransactionOperations(GroupOperations):
 
         async def attempt() -> list[TransactionListing]:
             listings = []
-            for response in await self.send_to_every_node(
-                LIST_TRANSACTIONS,
-                "ListTransactionsRequest",
-                state_filters=tuple(states),
-                producer_id_filters=tuple(producer_ids),
-                duration_filter=min_duration_ms,
-            ):
+            for response in (
+                await self.send_to_every_node(
+                    LIST_TRANSACTIONS,
+                    "ListTransactionsRequest",
+                    state_filters=tuple(states),
+                    producer_id_filters=tuple(producer_ids),
+                    duration_filter=min_duration_ms,
+                )
+            ).values():
                 check(response.error_code)
                 listings += [
                     TransactionListing(t.transactional_id, t.producer_id, t.transaction_state)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any, Self, TypeVar
 
@@ -138,15 +138,22 @@ class ClusterClient:
                 session = self._sessions[node_id] = await self._open(node.host, node.port)
         return session
 
-    async def send_to_every_node(self, api_key: int, request_name: str, **fields) -> list:
-        """One request to every broker, their responses in node order: listings each broker
-        answers only for itself (groups, transactions)."""
-        await self.metadata()
-        responses = []
-        for node_id in sorted(self.nodes):
+    async def send_to_every_node(
+        self, api_key: int, request_name: str, nodes: Iterable[int] | None = None, **fields
+    ) -> dict[int, Any]:
+        """One request to each of `nodes` (default: every broker) at once, their responses
+        by node in node order: what each broker answers only for itself (groups,
+        transactions, log dirs)."""
+        if nodes is None:
+            await self.metadata()
+            nodes = self.nodes
+        ordered = sorted(nodes)
+
+        async def send(node_id: int) -> Any:
             session = await self.session(node_id)
-            responses.append(await session.send(session.request(api_key, request_name, **fields)))
-        return responses
+            return await session.send(session.request(api_key, request_name, **fields))
+
+        return dict(zip(ordered, await asyncio.gather(*map(send, ordered)), strict=True))
 
     async def controller(self) -> Session:
         # KRaft brokers forward controller requests; Fjord's single node answers them itself.
