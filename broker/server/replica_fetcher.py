@@ -124,17 +124,20 @@ class ReplicaFetcher:
                 raise
             except Exception as e:  # a lost connection or a leader gone: try again later
                 log.info("fetching from broker %d failed: %s", self.leader_id, e)
-                if isinstance(e, OSError) and self.broker.cluster is not None:
-                    self._lost()  # a connection refused, or the connection lost
                 await self._close()
                 await self._pause(config["replica.fetch.backoff.ms"] / 1000)
         await self._close()
 
     async def _connect(self):
         if self._session is None or self._session.closed:
-            self._session = await open_inter_broker_session(
-                self.broker, self.leader_id, f"fjord-replica-fetcher-{self.fetcher_id}"
-            )
+            try:
+                self._session = await open_inter_broker_session(
+                    self.broker, self.leader_id, f"fjord-replica-fetcher-{self.fetcher_id}"
+                )
+            except OSError:
+                if self.broker.cluster is not None:
+                    self._lost()  # refused, say: nothing listens where the leader was
+                raise
             if self.broker.cluster is not None:
                 # At once, not once the fetch waiting on it has failed: a client that lost
                 # its connection to the same leader is asking for metadata meanwhile.
