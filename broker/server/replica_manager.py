@@ -353,8 +353,8 @@ class ReplicaManager:
         if waiters:
             log = None
             for waiter in list(waiters):
-                if waiter.replica:
-                    continue
+                if waiter.replica and self.clustered:
+                    continue  # woken by the append itself (appended)
                 if not waiter.read_committed:
                     waiter.on_append(size)
                     continue
