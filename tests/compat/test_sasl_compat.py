@@ -231,8 +231,8 @@ def test_confluent_kafka_wrong_password_is_an_authentication_error(secure_broker
 
 
 def test_kafka_python_wrong_password_is_an_authentication_error(secure_broker, caplog):
-    """kafka-python keeps retrying a bootstrap whose authentication failed until max_block_ms,
-    logging each SaslAuthenticationFailedError on the way."""
+    """kafka-python keeps retrying a bootstrap whose authentication failed until
+    bootstrap_timeout_ms, logging each SaslAuthenticationFailedError on the way."""
     with pytest.raises(kafka_errors.KafkaTimeoutError):
         KafkaProducer(
             bootstrap_servers=secure_broker.bootstrap("SASL_PLAINTEXT"),
@@ -240,7 +240,7 @@ def test_kafka_python_wrong_password_is_an_authentication_error(secure_broker, c
             sasl_mechanism="SCRAM-SHA-512",
             sasl_plain_username="alice",
             sasl_plain_password="wrong",
-            max_block_ms=5000,
+            bootstrap_timeout_ms=5000,
         )
     failures = [r for r in caplog.records if "SaslAuthenticationFailedError" in r.getMessage()]
     assert failures, "kafka-python never saw SASL_AUTHENTICATION_FAILED"

@@ -36,7 +36,7 @@ from pipelines.spark.faults import CRASH_STEPS
 
 RECORDS = 100_000
 PARTITIONS = 3
-KILLS = 8 if os.environ.get("FJORD_SOAK") else 2
+KILLS = 8 if os.environ.get("FJORD_SOAK") else 1
 RUN_TIMEOUT_S = 180  # a run that neither progresses nor dies for this long fails the test
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
