@@ -83,8 +83,6 @@ class ReplicaFetcher:
         self.truncations = truncations
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._changed = asyncio.Event()
-        # Set while a fetch is out: completed when a partition new to this fetcher is added.
-        self._added: asyncio.Future | None = None
         self._task: asyncio.Task | None = None
         self._session = None
         self._handler = FetchSessionHandler()
@@ -94,13 +92,10 @@ class ReplicaFetcher:
         self._without_epochs: set[tuple[str, int]] = set()
 
     def add(self, partition: Partition) -> None:
-        new = partition.tp not in self.partitions
         self.partitions[partition.tp] = partition
         if partition.log.leader_epochs.latest_epoch < 0:
             self._without_epochs.add(partition.tp)
         self._changed.set()
-        if new and self._added is not None and not self._added.done():
-            self._added.set_result(None)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run())
 
@@ -181,15 +176,7 @@ class ReplicaFetcher:
                 partition.log.leader_epochs.latest_epoch,
             )
         data = self._handler.build(wanted)
-        response = await self._send_unless_added(session, data)
-        if response is None:
-            # Told nothing of the partition just added, the leader would hold the fetch out
-            # for up to replica.fetch.wait.max.ms, and an acks=all write to it waiting on this
-            # follower (the partition's first after an election) with it: its producer's next
-            # writes, to partitions that would end the wait, queue behind it on their
-            # connection. Its answer would now be matched to the wrong request: start over.
-            await self._close()
-            return
+        response = await session.send(self._request(session, data))
         if not self._handler.handle_response(data, response.error_code, response.session_id):
             return
         names = {t.topic_id: tp.topic for tp, t in data.session.items()}
@@ -206,18 +193,6 @@ class ReplicaFetcher:
                 back_off = max(back_off, await self._handle_partition(partition, p))
         if back_off:
             await self._pause(back_off)
-
-    async def _send_unless_added(self, session, data):
-        """The leader's answer to the fetch of `data`; None if a partition was added first."""
-        sending = asyncio.ensure_future(session.send(self._request(session, data)))
-        added = self._added = asyncio.get_running_loop().create_future()
-        try:
-            await asyncio.wait((sending, added), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            self._added = None
-            if not sending.done():
-                sending.cancel()
-        return sending.result() if sending.done() and not sending.cancelled() else None
 
     async def _pause(self, seconds: float) -> None:
         """Wait before fetching again, less if the partitions fetched change meanwhile."""
