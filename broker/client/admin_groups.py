@@ -65,21 +65,20 @@ class GroupOperations(TopicOperations):
         consumer) when given."""
 
         async def attempt() -> list[GroupListing]:
-            listings = []
-            for response in (
-                await self.send_to_every_node(
-                    LIST_GROUPS,
-                    "ListGroupsRequest",
-                    states_filter=tuple(states),
-                    types_filter=tuple(types),
-                )
-            ).values():
-                check(response.error_code)
-                listings += [
+            responses = await self.send_to_every_node(
+                LIST_GROUPS,
+                "ListGroupsRequest",
+                states_filter=tuple(states),
+                types_filter=tuple(types),
+            )
+            return sorted(
+                (
                     GroupListing(g.group_id, g.protocol_type, g.group_state, g.group_type)
+                    for response in responses.values()
                     for g in response.groups
-                ]
-            return sorted(listings, key=lambda g: g.group_id)
+                ),
+                key=lambda g: g.group_id,
+            )
 
         return await self.retrying(attempt)
 

@@ -27,22 +27,21 @@ class TransactionOperations(GroupOperations):
         ...), producer id and, from v1, running longer than min_duration_ms."""
 
         async def attempt() -> list[TransactionListing]:
-            listings = []
-            for response in (
-                await self.send_to_every_node(
-                    LIST_TRANSACTIONS,
-                    "ListTransactionsRequest",
-                    state_filters=tuple(states),
-                    producer_id_filters=tuple(producer_ids),
-                    duration_filter=min_duration_ms,
-                )
-            ).values():
-                check(response.error_code)
-                listings += [
+            responses = await self.send_to_every_node(
+                LIST_TRANSACTIONS,
+                "ListTransactionsRequest",
+                state_filters=tuple(states),
+                producer_id_filters=tuple(producer_ids),
+                duration_filter=min_duration_ms,
+            )
+            return sorted(
+                (
                     TransactionListing(t.transactional_id, t.producer_id, t.transaction_state)
+                    for response in responses.values()
                     for t in response.transaction_states
-                ]
-            return sorted(listings, key=lambda t: t.transactional_id)
+                ),
+                key=lambda t: t.transactional_id,
+            )
 
         return await self.retrying(attempt)
 

@@ -143,7 +143,7 @@ class ClusterClient:
     ) -> dict[int, Any]:
         """One request to each of `nodes` (default: every broker) at once, their responses
         by node in node order: what each broker answers only for itself (groups,
-        transactions, log dirs)."""
+        transactions, log dirs). A response's top-level error is raised."""
         if nodes is None:
             await self.metadata()
             nodes = self.nodes
@@ -151,7 +151,9 @@ class ClusterClient:
 
         async def send(node_id: int) -> Any:
             session = await self.session(node_id)
-            return await session.send(session.request(api_key, request_name, **fields))
+            response = await session.send(session.request(api_key, request_name, **fields))
+            check(getattr(response, "error_code", ErrorCode.none))
+            return response
 
         return dict(zip(ordered, await asyncio.gather(*map(send, ordered)), strict=True))
 

@@ -73,7 +73,7 @@ class ClusterRuntime:
         self.fetchers = ReplicaFetcherManager(broker)
         self._catch_up_lock = asyncio.Lock()
         self._controller_wakeup = asyncio.Event()
-        self._applied = asyncio.Event()  # set when catch_up applied changes, or a lost one lives
+        self._changed = asyncio.Event()  # what _until waits on: metadata applied, a lost one lives
         self._tasks: list[asyncio.Task] = []
         self._next_rebalance = 0.0  # loop time of the next preferred-leader check
         self._decisions_due = True  # the metadata changed since the controller last looked
@@ -145,10 +145,10 @@ class ClusterRuntime:
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
         while not done() and (deadline is None or loop.time() < deadline):
-            self._applied.clear()
+            self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
-                    self._applied.wait(), None if deadline is None else deadline - loop.time()
+                    self._changed.wait(), None if deadline is None else deadline - loop.time()
                 )
 
     async def stop(self) -> None:
@@ -194,7 +194,7 @@ class ClusterRuntime:
             if changes:
                 self._decisions_due = True
                 self._controller_wakeup.set()
-                self._applied.set()
+                self._changed.set()
 
     async def _apply(self, entity: str, key: str) -> None:
         broker, store = self.broker, self.store
@@ -386,7 +386,7 @@ class ClusterRuntime:
             except MetadataStoreUnavailable:
                 break  # cannot tell: not taken for gone
         self._lost.pop(node_id, None)
-        self._applied.set()  # what Metadata waits on (successors) is decided: it lives
+        self._changed.set()  # what Metadata waits on (successors) is decided: it lives
 
     async def settled(self) -> None:
         """Once the I/O that came in with a request has been handled: a client that lost
@@ -416,15 +416,21 @@ class ClusterRuntime:
         if not self._lost:
             return
         image = self.broker.image
+        waiting = [
+            (name, index)
+            for name in topics
+            for index, reg in image.registrations(name).items()
+            if self.lost(reg.leader)
+        ]
 
         def decided() -> bool:
             return not any(
-                self.lost(reg.leader)
-                for name in topics
-                for reg in image.registrations(name).values()
+                (reg := image.partition(name, index)) is not None and self.lost(reg.leader)
+                for name, index in waiting
             )
 
-        await self._until(decided, SUCCESSION_WAIT_S)
+        if waiting:
+            await self._until(decided, SUCCESSION_WAIT_S)
 
     @property
     def is_controller(self) -> bool:
