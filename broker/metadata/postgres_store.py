@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 import psycopg
@@ -807,13 +807,24 @@ class PostgresMetadataStore:
     # -- the leader's ISR changes
 
     def alter_partition(
-        self, topic: str, partition: int, expected_partition_epoch: int, new: PartitionRegistration
+        self,
+        topic: str,
+        partition: int,
+        expected_partition_epoch: int,
+        new: PartitionRegistration,
+        broker_epochs: Mapping[int, int] | None = None,
     ) -> tuple[bool, PartitionRegistration | None]:
         """The leader's ISR change (Kafka's AlterPartition): applies iff the stored partition
-        epoch is the expected one and `new` differs from the stored registration in its ISR
-        and partition epoch only, so a leader cannot change leadership or replicas. Returns
-        whether it applied and the registration now stored (None: no such partition)."""
+        epoch is the expected one, `new` differs from the stored registration in its ISR
+        and partition epoch only (a leader cannot change leadership or replicas), and every
+        replica it adds to the ISR is eligible (KIP-841, INELIGIBLE_REPLICA): registered,
+        unfenced, not shutting down, and at the broker epoch the leader saw it fetch with
+        (`broker_epochs`; -1 or absent: not checked). The leader's view of the brokers may
+        lag the controller's, and a broker fenced meanwhile must not be taken back into the
+        ISR the controller took it out of. Returns whether it applied and the registration
+        now stored (None: no such partition)."""
         replicas, _, leader, leader_epoch, _, adding, removing = _registration_params(new)
+        epochs = broker_epochs or {}
         with self._transaction() as cur:
             row = cur.execute(
                 f"UPDATE fjord_meta_partitions p SET {_SET_REGISTRATION} "
@@ -821,6 +832,10 @@ class PostgresMetadataStore:
                 "AND p.partition_index = %s AND p.partition_epoch = %s "
                 "AND p.leader = %s AND p.leader_epoch = %s AND p.replicas = %s::int[] "
                 "AND p.adding_replicas = %s::int[] AND p.removing_replicas = %s::int[] "
+                "AND NOT EXISTS (SELECT FROM unnest(%s::int[], %s::bigint[]) j (node_id, epoch) "
+                "WHERE j.node_id <> ALL (p.isr) AND NOT EXISTS (SELECT FROM fjord_meta_brokers b "
+                "WHERE b.node_id = j.node_id AND NOT b.fenced AND NOT b.in_controlled_shutdown "
+                "AND j.epoch IN (-1, b.broker_epoch))) "
                 f"RETURNING {_qualified('p', _REGISTRATION_COLUMNS)}",
                 (
                     *_registration_params(new),
@@ -832,6 +847,8 @@ class PostgresMetadataStore:
                     replicas,
                     adding,
                     removing,
+                    list(new.isr),
+                    [epochs.get(r, -1) for r in new.isr],
                 ),
             ).fetchone()
             if row is not None:

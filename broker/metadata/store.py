@@ -8,6 +8,7 @@ import json
 import sqlite3
 import threading
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -152,7 +153,12 @@ class ClusterMetadataStore(MetadataStore, Protocol):
     ) -> list[bool]: ...
     # -- the leader's ISR changes (Kafka's AlterPartition)
     def alter_partition(
-        self, topic: str, partition: int, expected_partition_epoch: int, new: PartitionRegistration
+        self,
+        topic: str,
+        partition: int,
+        expected_partition_epoch: int,
+        new: PartitionRegistration,
+        broker_epochs: Mapping[int, int] | None = None,
     ) -> tuple[bool, PartitionRegistration | None]: ...
 
 

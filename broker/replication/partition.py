@@ -29,6 +29,9 @@ class IsrProposal:
     expected_partition_epoch: int
     previous_isr: tuple[int, ...]
     registration: PartitionRegistration
+    # The broker epochs the joining replicas fetched with: the store refuses a replica
+    # registered anew since, as it refuses one fenced (KIP-841).
+    joining_epochs: dict[int, int]
 
     @property
     def isr(self) -> tuple[int, ...]:
@@ -192,7 +195,12 @@ class Partition:
     def propose_isr(self, isr: tuple[int, ...]) -> IsrProposal:
         """The ISR change to write; the HW counts both ISRs meanwhile."""
         old = self.registration
-        self.pending = IsrProposal(old.partition_epoch, old.isr, old.with_isr(isr))
+        joining = {
+            r: state.broker_epoch
+            for r in isr
+            if r not in old.isr and (state := self.followers.get(r)) is not None
+        }
+        self.pending = IsrProposal(old.partition_epoch, old.isr, old.with_isr(isr), joining)
         return self.pending
 
     def proposal_failed(self, proposal: IsrProposal) -> None:

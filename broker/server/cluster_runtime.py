@@ -456,6 +456,10 @@ class ClusterRuntime:
             sum(1 for ok, elected in zip(applied, elections, strict=True) if ok and elected)
         )
         await self.catch_up()
+        if not all(applied):
+            # Overtaken by a leader's ISR change the feed may have brought in already: the
+            # next round decides again on what is stored now.
+            self._decisions_due = True
         return applied
 
     async def _decide(self) -> None:
@@ -535,12 +539,19 @@ class ClusterRuntime:
                 partition.index,
                 proposal.expected_partition_epoch,
                 new,
+                proposal.joining_epochs,
             )
         except MetadataStoreUnavailable as e:
             log.warning("%s-%d: ISR change not written: %s", *partition.tp, e)
             partition.proposal_failed(proposal)
             return
         if not applied:
+            log.info(
+                "%s-%d: ISR change to %s refused: the partition changed meanwhile, or a "
+                "replica joining it is fenced, shutting down or registered anew",
+                *partition.tp,
+                new.isr,
+            )
             partition.proposal_failed(proposal)
             await self.catch_up()
             return

@@ -636,7 +636,18 @@ def test_the_controller_alters_partitions_at_their_expected_epochs_only(store):
 # -- the leader's ISR changes
 
 
+def unfenced(store: PostgresMetadataStore, *nodes: int) -> dict[int, int]:
+    """Register `nodes` and have the first of them, as controller, unfence them all; their
+    broker epochs by node."""
+    epochs = {n: store.register_broker(broker(n), LONG_MS) for n in nodes}
+    controller = (nodes[0], store.claim_controller(nodes[0], epochs[nodes[0]], LONG_MS))
+    for n, epoch in epochs.items():
+        assert store.set_broker_fenced(controller, n, epoch, False)
+    return epochs
+
+
 def test_the_leader_shrinks_and_expands_the_isr(store):
+    unfenced(store, 1, 2, 3)
     create(store, "orders", reg(1, 2, 3))
     shrunk = reg(1, 2, 3).with_isr((1, 2))
 
@@ -675,6 +686,31 @@ def test_a_leader_cannot_change_leadership_or_replicas(store):
     store.controller_alter_partitions(controller, [("orders", 0, 0, moved)])
     stale_leader = PartitionRegistration((1, 2, 3), (1,), 1, 0, 2)
     assert store.alter_partition("orders", 0, 1, stale_leader) == (False, moved)
+
+
+def test_the_isr_takes_back_no_broker_fenced_shutting_down_or_registered_anew(store):
+    """KIP-841's INELIGIBLE_REPLICA: the leader's view of the brokers may be older than the
+    store's, so the store judges whom an expansion adds."""
+    epochs = unfenced(store, 1, 2, 3, 4)
+    controller = (1, store.controller()[1])
+    current = PartitionRegistration((1, 2, 3, 4, 5), (1,), 1)
+    create(store, "orders", current)
+    store.set_broker_fenced(controller, 2, epochs[2], True)
+    store.begin_controlled_shutdown(3, epochs[3])
+
+    for joining, epoch in [(2, epochs[2]), (3, epochs[3]), (4, epochs[4] - 1), (5, -1)]:
+        refused = current.with_isr((1, joining))
+        assert store.alter_partition("orders", 0, 0, refused, {joining: epoch}) == (
+            False,
+            current,
+        ), joining
+
+    expanded = current.with_isr((1, 4))
+    assert store.alter_partition("orders", 0, 0, expanded, {4: epochs[4]}) == (True, expanded)
+    # Members already in the ISR are not judged: leaving them in changes nothing.
+    store.set_broker_fenced(controller, 4, epochs[4], True)
+    kept = expanded.with_isr((1, 4))
+    assert store.alter_partition("orders", 0, 1, kept) == (True, kept)
 
 
 def test_an_isr_change_to_a_missing_partition_finds_none(store):
