@@ -14,6 +14,7 @@ import threading
 import time
 import traceback
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -102,9 +103,13 @@ class _Workers:
                 if remaining <= 0:
                     raise AssertionError(
                         f"timed out after {timeout}s waiting for {what}; client errors: "
-                        f"{self.client_errors[-5:]}"
+                        f"{self.client_errors[-5:]}{self._stalled()}"
                     )
                 self.changed.wait(remaining)
+
+    def _stalled(self) -> str:
+        """What the clients were waiting on, for a wait that timed out (diagnostics)."""
+        return ""
 
     def abort(self, timeout: float = 60) -> None:
         """Stop early, without a history: for the teardown of a test that failed."""
@@ -146,6 +151,7 @@ class IdempotentProducers(_Workers):
         self.max_unresolved = max_unresolved
         self.sends: list[Send] = []
         self.acknowledged = 0
+        self._pending: dict[int, dict[str, int]] = {}  # by producer: value -> partition
 
     def start(self) -> IdempotentProducers:
         self._spawn(self._produce, self.producers)
@@ -154,6 +160,11 @@ class IdempotentProducers(_Workers):
     def wait_for_acks(self, count: int, timeout: float = 120) -> None:
         """Until `count` records in all have been acknowledged."""
         self._wait(lambda: self.acknowledged >= count, timeout, f"{count} acknowledged records")
+
+    def _stalled(self) -> str:
+        # dict(): a copy taken at once, while the producers' threads go on.
+        unanswered = [dict(Counter(dict(pending).values())) for pending in self._pending.values()]
+        return f"; unanswered records by partition, of each producer: {unanswered}"
 
     def stop(self, timeout: float = 300) -> list[Send]:
         """Wait until every record has been sent and answered (or given up on); the history."""
@@ -164,7 +175,7 @@ class IdempotentProducers(_Workers):
         producer = Producer(
             {**self.config, "bootstrap.servers": self.bootstrap, "error_cb": self._note}
         )
-        pending: dict[str, int] = {}  # value -> partition, until its delivery report
+        pending = self._pending[i] = {}  # value -> partition, until its delivery report
 
         def delivered(err, msg) -> None:
             value = msg.value().decode()
