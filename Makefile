@@ -36,7 +36,7 @@ run: setup
 # PostgreSQL and Redis are real: the local ones, or throwaway ones started where none answers.
 test: $(TEST_STAMP) system-deps
 	bash tests/services.sh up
-	status=0; $(PY) -m pytest -p no:cacheprovider || status=$$?; bash tests/services.sh down; exit $$status
+	status=0; $(PY) -m pytest -p no:cacheprovider -n 2 --dist loadfile || status=$$?; bash tests/services.sh down; exit $$status
 
 lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check .

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,15 @@ def broker(broker_and_client):
 def broker_client(broker_and_client):
     """A BrokerConnection to `broker`."""
     return broker_and_client[1]
+
+
+def pytest_collection_finish(session) -> None:
+    """pytest-xdist hands tests to its workers by node id: of tests sharing one, it would run
+    only the first, and say nothing of the others."""
+    counts = Counter(item.nodeid for item in session.items)
+    shared = sorted(nodeid for nodeid, count in counts.items() if count > 1)
+    if shared:
+        raise pytest.UsageError(f"tests share node ids: {shared[:5]}")
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

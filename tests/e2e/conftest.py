@@ -40,8 +40,10 @@ def run_platform(tmp_path_factory, database_url: str, brokers: int = 1):
     """The production shape: PostgreSQL, Redis, worker and beat; several brokers form a
     cluster on the platform's database."""
     # A Redis database of its own (2 to 15: the tests' own settings use 1), so that a second
-    # run beside this one takes none of its tasks.
-    redis_url = f"redis://127.0.0.1:6379/{2 + os.getpid() % 14}"
+    # run beside this one takes none of its tasks; of pytest-xdist's two workers, gw0 takes
+    # an even one and gw1 an odd one.
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:])
+    redis_url = f"redis://127.0.0.1:6379/{2 + os.getpid() % 7 * 2 + worker % 2}"
     redis.Redis.from_url(redis_url).flushdb()
     running = Platform(
         tmp_path_factory.mktemp("platform"),
