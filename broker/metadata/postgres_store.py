@@ -818,10 +818,12 @@ class PostgresMetadataStore:
         epoch is the expected one, `new` differs from the stored registration in its ISR
         and partition epoch only (a leader cannot change leadership or replicas), and every
         replica it adds to the ISR is eligible (KIP-841, INELIGIBLE_REPLICA): registered,
-        unfenced, not shutting down, and at the broker epoch the leader saw it fetch with
-        (`broker_epochs`; -1 or absent: not checked). The leader's view of the brokers may
-        lag the controller's, and a broker fenced meanwhile must not be taken back into the
-        ISR the controller took it out of. Returns whether it applied and the registration
+        unfenced, not shutting down, at the broker epoch the leader saw it fetch with
+        (`broker_epochs`; -1 or absent: not checked), and alive (its liveness lock held). The
+        leader's view of the brokers may lag the controller's, and a broker fenced meanwhile
+        must not be taken back into the ISR the controller took it out of; nor one whose
+        process is gone, which the controller takes out of every ISR a round before fencing
+        it (a fetch it sent before dying may reach the leader after that). Returns whether it applied and the registration
         now stored (None: no such partition)."""
         replicas, _, leader, leader_epoch, _, adding, removing = _registration_params(new)
         epochs = broker_epochs or {}
@@ -835,7 +837,7 @@ class PostgresMetadataStore:
                 "AND NOT EXISTS (SELECT FROM unnest(%s::int[], %s::bigint[]) j (node_id, epoch) "
                 "WHERE j.node_id <> ALL (p.isr) AND NOT EXISTS (SELECT FROM fjord_meta_brokers b "
                 "WHERE b.node_id = j.node_id AND NOT b.fenced AND NOT b.in_controlled_shutdown "
-                "AND j.epoch IN (-1, b.broker_epoch))) "
+                f"AND j.epoch IN (-1, b.broker_epoch) AND {_live('b.node_id')})) "
                 f"RETURNING {_qualified('p', _REGISTRATION_COLUMNS)}",
                 (
                     *_registration_params(new),

@@ -688,17 +688,31 @@ def test_a_leader_cannot_change_leadership_or_replicas(store):
     assert store.alter_partition("orders", 0, 1, stale_leader) == (False, moved)
 
 
-def test_the_isr_takes_back_no_broker_fenced_shutting_down_or_registered_anew(store):
+def test_the_isr_takes_back_no_broker_fenced_shutting_down_gone_or_registered_anew(
+    store, open_store
+):
     """KIP-841's INELIGIBLE_REPLICA: the leader's view of the brokers may be older than the
     store's, so the store judges whom an expansion adds."""
     epochs = unfenced(store, 1, 2, 3, 4)
     controller = (1, store.controller()[1])
-    current = PartitionRegistration((1, 2, 3, 4, 5), (1,), 1)
+    current = PartitionRegistration((1, 2, 3, 4, 5, 6), (1,), 1)
     create(store, "orders", current)
     store.set_broker_fenced(controller, 2, epochs[2], True)
     store.begin_controlled_shutdown(3, epochs[3])
+    # Broker 6 is registered and unfenced, but its process is gone (its session ended) and
+    # the controller has not fenced it yet.
+    gone = open_store()
+    epochs[6] = gone.register_broker(broker(6), LONG_MS)
+    assert store.set_broker_fenced(controller, 6, epochs[6], False)
+    gone.close()
 
-    for joining, epoch in [(2, epochs[2]), (3, epochs[3]), (4, epochs[4] - 1), (5, -1)]:
+    for joining, epoch in [
+        (2, epochs[2]),
+        (3, epochs[3]),
+        (4, epochs[4] - 1),
+        (5, -1),
+        (6, epochs[6]),
+    ]:
         refused = current.with_isr((1, joining))
         assert store.alter_partition("orders", 0, 0, refused, {joining: epoch}) == (
             False,
