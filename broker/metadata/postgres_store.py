@@ -823,8 +823,8 @@ class PostgresMetadataStore:
         leader's view of the brokers may lag the controller's, and a broker fenced meanwhile
         must not be taken back into the ISR the controller took it out of; nor one whose
         process is gone, which the controller takes out of every ISR a round before fencing
-        it (a fetch it sent before dying may reach the leader after that). Returns whether it applied and the registration
-        now stored (None: no such partition)."""
+        it (a fetch it sent before dying may reach the leader after that). Returns whether
+        it applied and the registration now stored (None: no such partition)."""
         replicas, _, leader, leader_epoch, _, adding, removing = _registration_params(new)
         epochs = broker_epochs or {}
         with self._transaction() as cur:
