@@ -548,7 +548,7 @@ class ClusterRuntime:
         if not applied:
             log.info(
                 "%s-%d: ISR change to %s refused: the partition changed meanwhile, or a "
-                "replica joining it is fenced, shutting down or registered anew",
+                "replica joining it is fenced, shutting down, gone or registered anew",
                 *partition.tp,
                 new.isr,
             )
