@@ -25,6 +25,7 @@ from broker.records.batch import (
     BatchHeader,
     InvalidRecordError,
     decode_batch,
+    read_entry_header,
     validate_produce_batch,
 )
 from broker.records.legacy import LegacyAppend, to_legacy
@@ -33,6 +34,9 @@ from broker.storage.producer_state import ProducerStateError
 
 CLOSE_CONNECTION = object()  # acks=0 has no response: an error closes the connection instead
 TOPIC_IDS_VERSION = 13
+BEHIND_A_REFUSAL = (
+    "An earlier batch of this producer, refused as this one is, must be written first"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +221,14 @@ def _append(
 ) -> PartitionResult:
     log, meta, result = writable_partition(broker, topic, partition)
     if log is None:
+        if result.error_code == ErrorCode.not_leader_or_follower and records is not None:
+            # This broker may be about to learn it leads (see refused_batches); the header
+            # alone is read, unchecked: the batch is not written.
+            header = read_entry_header(records)
+            if header is not None and header.magic == MAGIC_V2:
+                broker.replica_manager.refused_batches.refused(
+                    (topic, partition), header, result.error_code, now_ms
+                )
         return result
     if records is None:
         return PartitionResult(ErrorCode.invalid_record, "Produce request without records")
@@ -278,6 +290,9 @@ def append_batch(
     if acks == -1 and not rm.enough_replicas(
         topic, partition, rm.topic_config_value(meta, "min.insync.replicas")
     ):
+        rm.refused_batches.refused(
+            (topic, partition), header, ErrorCode.not_enough_replicas, now_ms
+        )
         return PartitionResult(
             ErrorCode.not_enough_replicas,
             "The in-sync replicas are fewer than min.insync.replicas",
@@ -308,10 +323,21 @@ def append_batch(
         if refused is not None:
             return PartitionResult(*refused)
     if header.producer_id >= 0:
+        state = log.producer_state
         try:
-            duplicate = log.producer_state.check(header)
+            duplicate, problem = state.check(header), None
         except ProducerStateError as e:
-            return PartitionResult(e.error_code, str(e))
+            duplicate, problem = None, e
+        if rm.refused_batches and duplicate is None:
+            if problem is None or problem.error_code == ErrorCode.out_of_order_sequence_number:
+                expected = state.next_sequence(header.producer_id, header.producer_epoch)
+                behind = rm.refused_batches.behind_refusal(
+                    (topic, partition), header, expected, now_ms
+                )
+                if behind is not None:
+                    return PartitionResult(behind, BEHIND_A_REFUSAL)
+        if problem is not None:
+            return PartitionResult(problem.error_code, str(problem))
         if duplicate is not None:
             # A retry of a batch already in the log (seed 000): DUPLICATE_SEQUENCE_NUMBER with
             # the original's offset, which clients take as success; nothing is written. Where
@@ -333,6 +359,8 @@ def append_batch(
         )
     if appended.flush_due:
         to_flush.append(log)
+    if header.producer_id >= 0:
+        rm.refused_batches.appended((topic, partition), header.producer_id)
     rm.appended((topic, partition), appended.size)
     return PartitionResult(
         ErrorCode.none,

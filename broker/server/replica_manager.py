@@ -25,6 +25,7 @@ from broker.fetch_session import FetchSessionCache
 from broker.metadata.cluster import NO_LEADER, PartitionRegistration
 from broker.metadata.image import MetadataImage, TopicMetadata
 from broker.replication.partition import Partition
+from broker.replication.refused_batches import RefusedBatches
 from broker.storage import AppendResult, Log, LogConfig, LogManager
 from broker.storage.manager import parse_log_dir_name
 from broker.storage.producer_state import ProducerStateError
@@ -89,6 +90,9 @@ class ReplicaManager:
         self._waiters: dict[TopicPartition, set[FetchWaiter]] = defaultdict(set)
         # acks=all produces waiting for their partition's high watermark or ISR to change.
         self._replication_waiters: dict[TopicPartition, set[asyncio.Future]] = defaultdict(set)
+        # Batches refused before their sequence was checked: the ones behind them are refused
+        # alike rather than as out of order (see the module).
+        self.refused_batches = RefusedBatches()
         # Set in a cluster: writes a leader's ISR change to the metadata store.
         self.on_isr_change: Callable[[Partition, tuple[int, ...]], None] | None = None
 

@@ -171,6 +171,18 @@ class ProducerStateManager:
             )
         return None
 
+    def next_sequence(self, producer_id: int, producer_epoch: int) -> int | None:
+        """The sequence `check` expects the producer's next batch at `producer_epoch` (not a
+        fenced one) to start with; None when this log knows no batch of the producer: any
+        sequence would do."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return None
+        if producer_epoch != entry.producer_epoch or not entry.batches:
+            return 0
+        last = entry.batches[-1].last_seq
+        return 0 if last == INT32_MAX else last + 1
+
     @staticmethod
     def _check_sequence(entry: ProducerStateEntry, header: BatchHeader) -> BatchMetadata | None:
         epoch, first_seq = header.producer_epoch, header.base_sequence

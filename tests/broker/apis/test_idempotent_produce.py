@@ -139,3 +139,26 @@ async def test_producers_expired_while_the_broker_was_down_stay_forgotten(tmp_pa
         **{"producer.id.expiration.ms": "1", "producer.id.expiration.check.interval.ms": "3600000"},
     ) as (broker, client):
         assert len(broker.replica_manager.lookup("idem", 0)[0].producer_state) == 0
+
+
+async def test_a_batch_behind_one_refused_for_replicas_is_refused_alike(broker, broker_client):
+    """Two pipelined batches: the first is refused for want of in-sync replicas, and the
+    cause is gone before the second comes (here min.insync.replicas lowered; in a cluster,
+    the ISR grown). Kafka answers the second OUT_OF_ORDER_SEQUENCE_NUMBER, which makes
+    librdkafka bump its epoch and renumber records it may have written elsewhere (issue
+    #4953); Fjord answers it NOT_ENOUGH_REPLICAS, as had it come a moment earlier, and the
+    retries of both are written in order."""
+    await broker.create_topic("idem", 1, {})
+    pid = (await broker_client.send(init_producer_id())).producer_id
+    assert (await produce(broker_client, idempotent_batch(pid, 0))).error_code == ErrorCode.none
+    await broker.set_topic_configs("idem", {"min.insync.replicas": "2"})  # one broker: short
+    first, second = idempotent_batch(pid, 1, count=2), idempotent_batch(pid, 3, count=2)
+    refused = await produce(broker_client, first)
+    assert refused.error_code == ErrorCode.not_enough_replicas
+    await broker.set_topic_configs("idem", {"min.insync.replicas": "1"})
+    behind = await produce(broker_client, second)
+    assert behind.error_code == ErrorCode.not_enough_replicas
+    assert [(await produce(broker_client, b)).base_offset for b in (first, second)] == [1, 3]
+    # Written, the producer is in order again: a gap now is out of order.
+    gap = await produce(broker_client, idempotent_batch(pid, 7))
+    assert gap.error_code == ErrorCode.out_of_order_sequence_number
