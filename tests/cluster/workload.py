@@ -10,6 +10,7 @@ duplicated and reordered records."""
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import time
 import traceback
@@ -152,6 +153,7 @@ class IdempotentProducers(_Workers):
         self.sends: list[Send] = []
         self.acknowledged = 0
         self._pending: dict[int, dict[str, int]] = {}  # by producer: value -> partition
+        self._statistics: dict[int, dict] = {}  # by producer: librdkafka's latest, for _stalled
 
     def start(self) -> IdempotentProducers:
         self._spawn(self._produce, self.producers)
@@ -163,8 +165,44 @@ class IdempotentProducers(_Workers):
 
     def _stalled(self) -> str:
         # dict(): a copy taken at once, while the producers' threads go on.
-        unanswered = [dict(Counter(dict(pending).values())) for pending in self._pending.values()]
-        return f"; unanswered records by partition, of each producer: {unanswered}"
+        unanswered = {
+            i: dict(Counter(dict(pending).values())) for i, pending in self._pending.items()
+        }
+        views = "".join(
+            f"\nproducer {i}'s librdkafka: {self._client_view(i, partitions)}"
+            for i, partitions in unanswered.items()
+            if partitions
+        )
+        return f"; unanswered records by partition, of each producer: {unanswered}{views}"
+
+    def _client_view(self, i: int, partitions: dict[int, int]) -> str:
+        """Where librdkafka holds the unanswered records: its view of their partitions (leader,
+        queued, in flight, idempotence sequence) and of the brokers (state, requests waiting)."""
+        stats = self._statistics.get(i)
+        if stats is None:
+            return "no statistics yet"
+        topic = stats["topics"].get(self.topic, {}).get("partitions", {})
+        keys = (
+            "leader",
+            "msgq_cnt",
+            "xmit_msgq_cnt",
+            "msgs_inflight",
+            "next_ack_seq",
+            "next_err_seq",
+            "acked_msgid",
+        )
+        by_partition = {p: {k: topic.get(str(p), {}).get(k) for k in keys} for p in partitions}
+        brokers = {
+            b["nodeid"]: {
+                "state": b["state"],
+                "stateage_ms": b["stateage"] // 1000,
+                "outbuf_cnt": b["outbuf_cnt"],
+                "waitresp_cnt": b["waitresp_cnt"],
+                "partitions": sorted(b.get("toppars", {})),
+            }
+            for b in stats["brokers"].values()
+        }
+        return f"partitions {by_partition}, brokers {brokers}"
 
     def stop(self, timeout: float = 300) -> list[Send]:
         """Wait until every record has been sent and answered (or given up on); the history."""
@@ -172,8 +210,17 @@ class IdempotentProducers(_Workers):
         return list(self.sends)
 
     def _produce(self, i: int) -> None:
+        def statistics(text: str) -> None:
+            self._statistics[i] = json.loads(text)
+
         producer = Producer(
-            {**self.config, "bootstrap.servers": self.bootstrap, "error_cb": self._note}
+            {
+                **self.config,
+                "bootstrap.servers": self.bootstrap,
+                "error_cb": self._note,
+                "statistics.interval.ms": 1000,
+                "stats_cb": statistics,
+            }
         )
         pending = self._pending[i] = {}  # value -> partition, until its delivery report
 
