@@ -34,18 +34,25 @@ TopicPartition = tuple[str, int]
 # ones, up to their timeout: 30 s by default in Kafka's clients).
 PIPELINE_WINDOW_MS = 60_000
 
+# A producer keeps at most five requests of a partition in flight: the refused batches a hole
+# can start at. And a bound on what refusals, whose producer ids no check has vouched for, hold.
+REFUSED_PER_PRODUCER = 5
+MAX_REFUSALS = 10_000
+
 
 @dataclass(frozen=True)
 class _Refusal:
     producer_epoch: int
-    first_sequence: int
+    first_sequences: tuple[int, ...]  # of its refused batches, the latest last
     error_code: ErrorCode
     at_ms: int
 
 
 class RefusedBatches:
-    """The earliest refused batch of each (partition, producer), until the producer writes to
-    the partition or PIPELINE_WINDOW_MS passes."""
+    """The latest refused batches of each (partition, producer), until the producer writes to
+    the partition or PIPELINE_WINDOW_MS passes. A producer the partition's log does not know
+    is held back as long, even when its state went (DeleteRecords, expiry) after a refusal:
+    a minute at most, and retried."""
 
     def __init__(self, window_ms: int = PIPELINE_WINDOW_MS) -> None:
         self.window_ms = window_ms
@@ -63,11 +70,21 @@ class RefusedBatches:
             return
         self._expire(now_ms)
         key = (tp, header.producer_id)
-        known = self._refusals.pop(key, None)
-        first = header.base_sequence
-        if known is not None and known.producer_epoch == header.producer_epoch:
-            first = min(first, known.first_sequence)  # the hole starts at the earliest
-        self._refusals[key] = _Refusal(header.producer_epoch, first, error_code, now_ms)
+        known = self._refusals.get(key)
+        firsts: tuple[int, ...] = ()
+        if known is not None:
+            if header.producer_epoch < known.producer_epoch:
+                return  # a zombie's late request: the current epoch's holes stay
+            if header.producer_epoch == known.producer_epoch:
+                # Several holes: a follower refuses a batch, the leader writes it and it is
+                # replicated here, then a later one is refused; which one a gap starts at
+                # is known only once the log says what it expects.
+                firsts = tuple(f for f in known.first_sequences if f != header.base_sequence)
+            del self._refusals[key]
+        firsts = (*firsts, header.base_sequence)[-REFUSED_PER_PRODUCER:]
+        self._refusals[key] = _Refusal(header.producer_epoch, firsts, error_code, now_ms)
+        while len(self._refusals) > MAX_REFUSALS:
+            self._refusals.popitem(last=False)
 
     def appended(self, tp: TopicPartition, producer_id: int) -> None:
         """The producer wrote to the partition: whatever it retried is in order again."""
@@ -81,16 +98,21 @@ class RefusedBatches:
         producer refused just before: `next_sequence` is the sequence the partition's log
         expects of the producer at the batch's epoch (None when it knows no batch of it
         there, so any sequence would do: a batch behind a refused one would be written ahead
-        of it). None for a batch no refusal is ahead of."""
+        of it). None for a batch no refusal is ahead of. Sequences that wrap past INT32_MAX
+        are compared as they are: such a gap is answered as out of order, as Kafka does."""
         if not self._refusals:
             return None
         self._expire(now_ms)
         refusal = self._refusals.get((tp, header.producer_id))
         if refusal is None or refusal.producer_epoch != header.producer_epoch:
             return None
-        if next_sequence is not None and refusal.first_sequence != next_sequence:
+        if next_sequence is None:
+            hole = min(refusal.first_sequences)
+        elif next_sequence in refusal.first_sequences:
+            hole = next_sequence
+        else:
             return None
-        return refusal.error_code if refusal.first_sequence < header.base_sequence else None
+        return refusal.error_code if hole < header.base_sequence else None
 
     def _expire(self, now_ms: int) -> None:
         refusals = self._refusals

@@ -172,9 +172,10 @@ class ProducerStateManager:
         return None
 
     def next_sequence(self, producer_id: int, producer_epoch: int) -> int | None:
-        """The sequence `check` expects the producer's next batch at `producer_epoch` (not a
-        fenced one) to start with; None when this log knows no batch of the producer: any
-        sequence would do."""
+        """The sequence `check` expects the producer's next batch at `producer_epoch` to start
+        with; None when this log knows no batch of the producer: any sequence would do. Not
+        for a fenced epoch (below the producer's), which `check` refuses whatever its
+        sequence."""
         entry = self.producers.get(producer_id)
         if entry is None:
             return None
