@@ -53,23 +53,29 @@ def consumer_config(bootstrap: str, group: str, **extra) -> dict:
 
 
 class Members:
-    """Consumers of one group, polled in turn; what each received is kept per consumer."""
+    """Consumers of one group, polled in turn; what each received and had revoked is kept per
+    consumer."""
 
     def __init__(self, bootstrap: str, group: str, topics: list[str], **extra) -> None:
         self.bootstrap, self.group, self.topics, self.extra = bootstrap, group, topics, extra
         self.consumers: dict[str, Consumer] = {}
         self.received: dict[str, list[tuple[str, int, int]]] = {}
+        self.revoked: dict[str, list[tuple[str, int]]] = {}
 
     def add(self, name: str) -> None:
         c = Consumer(consumer_config(self.bootstrap, self.group, **self.extra))
-        c.subscribe(self.topics)
+        self.received[name], self.revoked[name] = [], []
+
+        def revoked(_consumer, partitions) -> None:
+            self.revoked[name].extend((tp.topic, tp.partition) for tp in partitions)
+
+        c.subscribe(self.topics, on_revoke=revoked, on_lost=revoked)
         self.consumers[name] = c
-        self.received[name] = []
 
     def poll(self) -> None:
         for name, c in self.consumers.items():
-            msg = c.poll(0.05)
-            if msg is not None and not msg.error():
+            for msg in c.consume(100, 0.05):
+                assert msg.error() is None, msg.error()
                 self.received[name].append((msg.topic(), msg.partition(), msg.offset()))
 
     def assignments(self) -> dict[str, set[tuple[str, int]]]:
@@ -123,36 +129,60 @@ def test_a_joining_member_does_not_stop_the_others(bootstrap):
     topic = topic_name("kip848-join")
     create_topics(bootstrap, 6, topic)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    partitions = all_partitions(6, topic)
+    # Per original member: the smallest assignment it held while the newcomer joined.
+    held: dict[str, set[tuple[str, int]]] = {}
 
-    def produce_round() -> None:
+    def produce_round(assignments) -> dict[str, set[tuple[str, int]]]:
         for p in range(6):
             producer.produce(topic, value=b"x", partition=p)
         producer.poll(0)
+        for name in held:
+            held[name] &= assignments[name]
+        return assignments
+
+    def balanced(assignments) -> bool:
+        # Two each, not merely covered: c may hold its partition before a or b has let theirs go.
+        sizes = [len(a) for a in assignments.values()]
+        return is_complete_and_disjoint(assignments, partitions) and sizes == [2, 2, 2]
 
     members = Members(bootstrap, topic, [topic])
     try:
         members.add("a")
         members.add("b")
-        members.wait_for_complete_assignment(all_partitions(6, topic))
+        members.wait_for_complete_assignment(partitions)
         before = members.assignments()
-
+        held.update({name: set(before[name]) for name in before})
+        for revoked in members.revoked.values():
+            revoked.clear()
         members.add("c")
-        counted = {"a": len(members.received["a"]), "b": len(members.received["b"])}
-
-        def rebalanced(assignments) -> bool:
-            produce_round()
-            return is_complete_and_disjoint(assignments, all_partitions(6, topic)) and all(
-                assignments.values()
-            )
-
-        members.wait_until(rebalanced, "c to get its partitions")
+        members.wait_until(lambda a: balanced(produce_round(a)), "two partitions each")
         after = members.assignments()
-        # a and b kept partitions across the change, and consumed from them while c joined.
-        for name in ("a", "b"):
-            kept = before[name] & after[name]
+        kept_by = {name: before[name] & after[name] for name in ("a", "b")}
+        for name, kept in kept_by.items():
             assert kept, f"{name} lost all its partitions"
-            during = members.received[name][counted[name] :]
-            assert any((t, p) in kept for t, p, _ in during), f"{name} stopped consuming"
+            # Incremental: the kept partitions were never revoked, not even for a moment.
+            assert held[name] == kept, f"{name} held only {held[name]} of {kept} meanwhile"
+            assert set(members.revoked[name]) == before[name] - after[name] <= after["c"]
+        producer.flush(30)
+        # Nor were they reset: nothing was committed, so a partition revoked and assigned again
+        # would be read from offset 0 a second time. Every record of a kept partition reaches
+        # its member once, in order.
+        watermarks = members.consumers["a"].get_watermark_offsets
+        ends = {(t, p): watermarks(TopicPartition(t, p), timeout=30)[1] for t, p in partitions}
+
+        def offsets(name: str, tp: tuple[str, int]) -> list[int]:
+            return [o for t, p, o in members.received[name] if (t, p) == tp]
+
+        members.wait_until(
+            lambda _a: all(
+                len(offsets(name, tp)) >= ends[tp] for name in kept_by for tp in kept_by[name]
+            ),
+            "the kept partitions read to their end",
+        )
+        for name, kept in kept_by.items():
+            for tp in kept:
+                assert offsets(name, tp)[: ends[tp]] == list(range(ends[tp])), (name, tp)
     finally:
         members.close()
         producer.flush(10)
