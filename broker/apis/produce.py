@@ -328,14 +328,14 @@ def append_batch(
             duplicate, problem = state.check(header), None
         except ProducerStateError as e:
             duplicate, problem = None, e
-        if rm.refused_batches and duplicate is None:
-            if problem is None or problem.error_code == ErrorCode.out_of_order_sequence_number:
-                expected = state.next_sequence(header.producer_id, header.producer_epoch)
-                behind = rm.refused_batches.behind_refusal(
-                    (topic, partition), header, expected, now_ms
-                )
-                if behind is not None:
-                    return PartitionResult(behind, BEHIND_A_REFUSAL)
+        sequenced = duplicate is None and (
+            problem is None or problem.error_code == ErrorCode.out_of_order_sequence_number
+        )
+        if rm.refused_batches and sequenced:
+            expected = state.next_sequence(header.producer_id, header.producer_epoch)
+            behind = rm.refused_batches.behind_refusal((topic, partition), header, expected, now_ms)
+            if behind is not None:
+                return PartitionResult(behind, BEHIND_A_REFUSAL)
         if problem is not None:
             return PartitionResult(problem.error_code, str(problem))
         if duplicate is not None:

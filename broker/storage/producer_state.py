@@ -49,6 +49,11 @@ def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
     return base_sequence + last_offset_delta
 
 
+def _last_seq(entry: ProducerStateEntry) -> int:
+    """The last sequence the producer wrote at its current epoch; -1 before its first batch."""
+    return entry.batches[-1].last_seq if entry.batches else -1
+
+
 class ProducerStateError(Exception):
     """A client batch the producer state rejects, with the Produce error code to answer."""
 
@@ -179,10 +184,9 @@ class ProducerStateManager:
         entry = self.producers.get(producer_id)
         if entry is None:
             return None
-        if producer_epoch != entry.producer_epoch or not entry.batches:
+        if producer_epoch != entry.producer_epoch:
             return 0
-        last = entry.batches[-1].last_seq
-        return 0 if last == INT32_MAX else last + 1
+        return last_sequence(_last_seq(entry), 1)
 
     @staticmethod
     def _check_sequence(entry: ProducerStateEntry, header: BatchHeader) -> BatchMetadata | None:
@@ -201,8 +205,8 @@ class ProducerStateManager:
                 return batch
         # Only a marker (or a coordinator's unsequenced batch) at this epoch: the producer
         # numbers from 0, as Kafka 4's checkSequence expects.
-        current = entry.batches[-1].last_seq if entry.batches else -1
-        if first_seq != current + 1 and not (first_seq == 0 and current == INT32_MAX):
+        current = _last_seq(entry)
+        if first_seq != last_sequence(current, 1):
             raise ProducerStateError(
                 ErrorCode.out_of_order_sequence_number,
                 f"Out of order sequence number for producer {header.producer_id} at epoch "
