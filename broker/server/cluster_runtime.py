@@ -34,6 +34,7 @@ from broker.metadata.store import RELOAD_ALL, MetadataStoreUnavailable
 from broker.quota.client_quotas import ClientQuotas
 from broker.replication.partition import IsrProposal, Partition
 from broker.security.authorizer import StandardAuthorizer, parse_super_users
+from broker.server.outage_log import OutageLog
 from broker.server.replica_fetcher import ReplicaFetcherManager
 
 log = logging.getLogger("broker.cluster")
@@ -56,10 +57,19 @@ LOST_RECHECKS_S = (0.01, 0.02, 0.04, 0.08)
 # answer says no leader, as before.
 SUCCESSION_WAIT_S = 0.5
 LATEST = 2**62
+# What each loop that calls the store is doing, as its outage warnings say.
+FOLLOWING_CHANGES = "following metadata changes"
+RENEWING_LEASE = "renewing the broker lease"
+CONTROLLING = "controller"
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def isr_change(partition: Partition) -> str:
+    topic, index = partition.tp
+    return f"{topic}-{index}: writing an ISR change"
 
 
 class ClusterRuntime:
@@ -82,6 +92,7 @@ class ClusterRuntime:
         # Brokers this one lost a connection to, by the broker epoch they had then, while
         # not known to live (see connection_lost).
         self._lost: dict[int, int] = {}
+        self.outages = OutageLog(log)
 
     async def meta(self, fn, *args):
         return await self.broker._in_metadata_thread(fn, *args)
@@ -176,8 +187,9 @@ class ClusterRuntime:
                 pass
             try:
                 await self.catch_up()
+                self.outages.succeeded(FOLLOWING_CHANGES)
             except MetadataStoreUnavailable as e:
-                log.warning("metadata store unavailable: %s", e)
+                self.outages.failed(FOLLOWING_CHANGES, e)
                 await asyncio.sleep(FEED_POLL_S)  # retry later, not in a tight loop
             except Exception:
                 log.exception("applying metadata changes failed")
@@ -297,13 +309,14 @@ class ClusterRuntime:
                     self.config["broker.session.timeout.ms"],
                 )
             except MetadataStoreUnavailable as e:
-                log.warning("could not renew the broker lease: %s", e)
+                self.outages.failed(RENEWING_LEASE, e)
                 continue
             except Exception:
                 # Whatever failed, the loop must go on: without heartbeats the broker would
                 # stay fenced for good.
                 log.exception("renewing the broker lease failed")
                 continue
+            self.outages.succeeded(RENEWING_LEASE)
             if not alive:
                 log.error(
                     "broker %d's registration (epoch %d) was replaced: is another process "
@@ -347,8 +360,9 @@ class ClusterRuntime:
                         self.controller_epoch = None
                 if self.controller_epoch is not None:
                     await self._decide()
+                self.outages.succeeded(CONTROLLING)
             except MetadataStoreUnavailable as e:
-                log.warning("controller: metadata store unavailable: %s", e)
+                self.outages.failed(CONTROLLING, e)
             except Exception:
                 log.exception("controller round failed")
             self._controller_wakeup.clear()
@@ -542,9 +556,10 @@ class ClusterRuntime:
                 proposal.joining_epochs,
             )
         except MetadataStoreUnavailable as e:
-            log.warning("%s-%d: ISR change not written: %s", *partition.tp, e)
+            self.outages.failed(isr_change(partition), e)
             partition.proposal_failed(proposal)
             return
+        self.outages.succeeded(isr_change(partition))
         if not applied:
             log.info(
                 "%s-%d: ISR change to %s refused: the partition changed meanwhile, or a "
