@@ -43,6 +43,25 @@ def _address(server: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+async def ask_metadata(session: Session, topics: Sequence[str] | None) -> Any:
+    """The broker's Metadata response for `topics` (None: all), creating none."""
+    request_topics = None
+    if topics is not None:
+        request_topics = tuple(
+            session.request(METADATA, "MetadataRequestTopic", name=t, topic_id=None) for t in topics
+        )
+    return await session.send(
+        session.request(
+            METADATA,
+            "MetadataRequest",
+            topics=request_topics,
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+            include_cluster_authorized_operations=False,
+        )
+    )
+
+
 class ClusterClient:
     # What the broker's logs and quotas see unless the caller names the client.
     DEFAULT_CLIENT_ID = "fjord-admin"
@@ -165,23 +184,7 @@ class ClusterClient:
 
     async def metadata(self, topics: Sequence[str] | None = ()) -> Any:
         """A Metadata response for those topics (None: all), refreshing the broker list."""
-        session = await self.any_session()
-        request_topics = None
-        if topics is not None:
-            request_topics = tuple(
-                session.request(METADATA, "MetadataRequestTopic", name=t, topic_id=None)
-                for t in topics
-            )
-        response = await session.send(
-            session.request(
-                METADATA,
-                "MetadataRequest",
-                topics=request_topics,
-                allow_auto_topic_creation=False,
-                include_topic_authorized_operations=False,
-                include_cluster_authorized_operations=False,
-            )
-        )
+        response = await ask_metadata(await self.any_session(), topics)
         self.nodes = {b.node_id: Node(b.node_id, b.host, b.port, b.rack) for b in response.brokers}
         self.cluster_id = response.cluster_id
         self.controller_id = response.controller_id

@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from broker.client.cluster import ask_metadata
 from broker.config import validate_dynamic_broker_configs
 from broker.controller.elections import (
     partition_changes,
@@ -33,7 +34,9 @@ from broker.metadata.features import DEFAULT_LEVELS, FinalizedFeatures
 from broker.metadata.store import RELOAD_ALL, MetadataStoreUnavailable
 from broker.quota.client_quotas import ClientQuotas
 from broker.replication.partition import IsrProposal, Partition
+from broker.replication.superseded import PeerLeadership
 from broker.security.authorizer import StandardAuthorizer, parse_super_users
+from broker.server.inter_broker import InterBrokerSessions
 from broker.server.outage_log import OutageLog
 from broker.server.replica_fetcher import ReplicaFetcherManager
 
@@ -93,6 +96,7 @@ class ClusterRuntime:
         # not known to live (see connection_lost).
         self._lost: dict[int, int] = {}
         self.outages = OutageLog(log)
+        self.peers = InterBrokerSessions(broker, "fjord-peer-metadata", log)
 
     async def meta(self, fn, *args):
         return await self.broker._in_metadata_thread(fn, *args)
@@ -124,7 +128,13 @@ class ClusterRuntime:
         await self.catch_up(everything=True)
         self._tasks = [
             asyncio.create_task(job())
-            for job in (self._heartbeats, self._follow_feed, self._control, self._shrink_isrs)
+            for job in (
+                self._heartbeats,
+                self._follow_feed,
+                self._control,
+                self._shrink_isrs,
+                self._learn_from_peers,
+            )
         ]
 
     async def controlled_shutdown(self, timeout_s: float) -> None:
@@ -167,6 +177,7 @@ class ClusterRuntime:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.fetchers.stop()
+        await self.peers.close()
         if self.controller_epoch is not None:
             with contextlib.suppress(MetadataStoreUnavailable):
                 await self.meta(
@@ -193,6 +204,47 @@ class ClusterRuntime:
                 await asyncio.sleep(FEED_POLL_S)  # retry later, not in a tight loop
             except Exception:
                 log.exception("applying metadata changes failed")
+
+    async def _learn_from_peers(self) -> None:
+        """While the feed cannot reach the store: ask the other brokers about the partitions
+        this one leads, and give up those a newer leader epoch leads
+        (broker.replication.superseded). Once the store answers, its record alone counts."""
+        superseded = self.broker.replica_manager.superseded
+        while True:
+            await asyncio.sleep(FEED_POLL_S)
+            if self.outages.ongoing(FOLLOWING_CHANGES):
+                await self._ask_peers()
+            else:
+                superseded.clear()
+
+    async def _ask_peers(self) -> None:
+        rm = self.broker.replica_manager
+        topics = sorted({t for (t, _), p in rm.partitions.items() if p.is_leader})
+        if not topics:
+            return
+        node = self.broker.node_id
+        asks = [
+            self.peers.send(n, lambda session: ask_metadata(session, topics), "Metadata")
+            for n in self.broker.image.brokers
+            if n != node
+        ]
+        for asked in asyncio.as_completed(asks):
+            response = await asked
+            for topic in response.topics if response is not None else ():
+                for p in topic.partitions:
+                    tp = (topic.name, p.partition_index)
+                    newer = PeerLeadership(
+                        p.leader_id, p.leader_epoch, tuple(p.replica_nodes), tuple(p.isr_nodes)
+                    )
+                    # A newer epoch electing this broker is not one to give up for.
+                    if newer.leader != node and rm.supersede(tp, newer):
+                        log.warning(
+                            "%s-%d: led by broker %d at epoch %d, another broker says, where the "
+                            "metadata store cannot tell this one: no longer led here",
+                            *tp,
+                            newer.leader,
+                            newer.leader_epoch,
+                        )
 
     async def catch_up(self, everything: bool = False) -> None:
         """Apply every change committed since the last one applied."""

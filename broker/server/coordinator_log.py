@@ -195,13 +195,20 @@ class CoordinatorPartitions:
     def leader(self, key: str) -> int:
         """The broker leading the key's partition of the topic, as the metadata says; -1
         while it has none, or the topic does not exist yet."""
-        registration = self.broker.image.partition(self.topic, self.partition_for(key))
+        partition = self.partition_for(key)
+        newer = self.broker.replica_manager.superseding((self.topic, partition))
+        if newer is not None:  # the store out of reach, the other brokers said so
+            return newer.leader
+        registration = self.broker.image.partition(self.topic, partition)
         return -1 if registration is None else registration.leader
 
     def check(self, key: str) -> int:
         """The key's partition; raises CoordinatorError when it is not led here."""
         partition = self.partition_for(key)
-        if self.broker.cluster is not None and partition not in self.loaded:
+        if self.broker.cluster is not None and (
+            partition not in self.loaded
+            or self.broker.replica_manager.superseding((self.topic, partition)) is not None
+        ):
             raise CoordinatorError(ErrorCode.not_coordinator)
         return partition
 

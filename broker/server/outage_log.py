@@ -51,6 +51,10 @@ class OutageLog:
             )
             outage.logged_at, outage.unlogged = now, 0
 
+    def ongoing(self, what: str) -> bool:
+        """Whether the last call of that kind failed."""
+        return what in self._outages
+
     def succeeded(self, what: str) -> None:
         outage = self._outages.pop(what, None)
         if outage is not None:

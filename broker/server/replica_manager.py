@@ -26,6 +26,7 @@ from broker.metadata.cluster import NO_LEADER, PartitionRegistration
 from broker.metadata.image import MetadataImage, TopicMetadata
 from broker.replication.partition import Partition
 from broker.replication.refused_batches import RefusedBatches
+from broker.replication.superseded import PeerLeadership, SupersededLeadership
 from broker.storage import AppendResult, Log, LogConfig, LogManager
 from broker.storage.manager import parse_log_dir_name
 from broker.storage.producer_state import ProducerStateError
@@ -93,6 +94,7 @@ class ReplicaManager:
         # Batches refused before their sequence was checked: the ones behind them are refused
         # alike rather than as out of order (see the module).
         self.refused_batches = RefusedBatches()
+        self.superseded = SupersededLeadership()
         # Set in a cluster: writes a leader's ISR change to the metadata store.
         self.on_isr_change: Callable[[Partition, tuple[int, ...]], None] | None = None
 
@@ -330,7 +332,7 @@ class ReplicaManager:
         loop = asyncio.get_running_loop()
         while True:
             partition = self.partitions.get(tp)
-            if partition is None:
+            if partition is None or self.superseding(tp) is not None:
                 return ErrorCode.not_leader_or_follower
             code = partition.acks_all_error(required_offset, min_isr)
             if code is not None:
@@ -475,4 +477,29 @@ class ReplicaManager:
             if self.clustered:
                 return None, ErrorCode.not_leader_or_follower
             return None, ErrorCode.unknown_topic_or_partition
+        if self.superseding((topic, partition)) is not None:
+            return None, ErrorCode.not_leader_or_follower
         return hosted.log, ErrorCode.none
+
+    def supersede(self, tp: TopicPartition, newer: PeerLeadership) -> bool:
+        """Another broker named `newer` for `tp`, the store out of this one's reach: the
+        partition is given up here if led here at an older epoch (its acks=all waits end).
+        True when that is news."""
+        hosted = self.partitions.get(tp)
+        if hosted is None or not hosted.is_leader or newer.leader_epoch <= hosted.leader_epoch:
+            return False
+        if not self.superseded.learn(tp, newer):
+            return False
+        self._replication_changed(tp)
+        return True
+
+    def superseding(self, tp: TopicPartition) -> PeerLeadership | None:
+        """The newer leadership other brokers named for a partition this broker leads, while
+        the metadata store does not answer it (broker.replication.superseded); None while it
+        leads as far as any broker knows."""
+        if not self.superseded:
+            return None
+        hosted = self.partitions.get(tp)
+        if hosted is None or not hosted.is_leader:
+            return None
+        return self.superseded.newer_than(tp, hosted.leader_epoch)
