@@ -139,7 +139,7 @@ def partition_state(broker, topic: str, partition: int) -> dict:
     if reg is None:  # a topic's partitions being added, not yet registered
         reg = PartitionRegistration((), (), NO_LEADER, -1)
     cluster = broker.cluster
-    newer = broker.replica_manager.superseding((topic, partition)) if cluster else None
+    newer = broker.replica_manager.superseding((topic, partition))
     if newer is not None:  # as the other brokers name it, the store out of this one's reach
         reg = PartitionRegistration(newer.replicas, newer.isr, newer.leader, newer.leader_epoch)
     offline = tuple(

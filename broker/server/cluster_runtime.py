@@ -236,8 +236,7 @@ class ClusterRuntime:
                     newer = PeerLeadership(
                         p.leader_id, p.leader_epoch, tuple(p.replica_nodes), tuple(p.isr_nodes)
                     )
-                    # A newer epoch electing this broker is not one to give up for.
-                    if newer.leader != node and rm.supersede(tp, newer):
+                    if rm.supersede(tp, newer):
                         log.warning(
                             "%s-%d: led by broker %d at epoch %d, another broker says, where the "
                             "metadata store cannot tell this one: no longer led here",

@@ -477,16 +477,21 @@ class ReplicaManager:
             if self.clustered:
                 return None, ErrorCode.not_leader_or_follower
             return None, ErrorCode.unknown_topic_or_partition
-        if self.superseding((topic, partition)) is not None:
+        if self.superseded.newer_than((topic, partition), hosted.leader_epoch) is not None:
             return None, ErrorCode.not_leader_or_follower
         return hosted.log, ErrorCode.none
 
     def supersede(self, tp: TopicPartition, newer: PeerLeadership) -> bool:
         """Another broker named `newer` for `tp`, the store out of this one's reach: the
-        partition is given up here if led here at an older epoch (its acks=all waits end).
-        True when that is news."""
+        partition is given up here if led here at an older epoch, and not for an epoch that
+        elects this broker again (its acks=all waits end). True when that is news."""
         hosted = self.partitions.get(tp)
-        if hosted is None or not hosted.is_leader or newer.leader_epoch <= hosted.leader_epoch:
+        if (
+            hosted is None
+            or not hosted.is_leader
+            or newer.leader == self.node_id
+            or newer.leader_epoch <= hosted.leader_epoch
+        ):
             return False
         if not self.superseded.learn(tp, newer):
             return False

@@ -87,15 +87,23 @@ def test_a_partition_given_up_refuses_requests_and_ends_its_acks_all_waits(led):
     # Not for the epoch it leads at, nor an older one.
     assert not led.supersede(TP, leadership(2, 1))
     assert not led.supersede(TP, leadership(2, 0))
+    assert not led.supersede(TP, leadership(NODE, 2))  # elected here again: nothing to give up
     assert led.superseding(TP) is None
 
     async def scenario() -> ErrorCode:
         loop = asyncio.get_running_loop()
         waiting = asyncio.ensure_future(led.wait_for_replication(TP, 1, 2, loop.time() + 600))
-        await asyncio.sleep(0)  # it waits: the record is on this replica alone
-        assert not waiting.done()
-        assert led.supersede(TP, leadership(2, 2))
-        return await waiting
+        given_up: list[bool] = []
+
+        def supersede_while_it_waits() -> None:
+            # Scheduled after the wait's first step: the record is on this replica alone.
+            assert not waiting.done()
+            given_up.append(led.supersede(TP, leadership(2, 2)))
+
+        loop.call_soon(supersede_while_it_waits)
+        code = await waiting
+        assert given_up == [True]
+        return code
 
     assert asyncio.run(scenario()) == ErrorCode.not_leader_or_follower
     assert led.superseding(TP) == leadership(2, 2)
