@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from broker.config import BrokerConfig, ConfigError, parse_overrides, read_properties
+from broker.redaction import RedactingFormatter, redact
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,17 +31,16 @@ def main(argv: list[str] | None = None) -> int:
         help="override a property (repeatable)",
     )
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(RedactingFormatter("[%(asctime)s] %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     try:
         props = read_properties(args.properties) if args.properties else {}
         props.update(parse_overrides(args.override))
         config = BrokerConfig(props)
     except (ConfigError, OSError) as e:
-        print(f"fjord: invalid configuration: {e}", file=sys.stderr)
+        # A line of server.properties or an --override quoted back may hold a password.
+        print(f"fjord: invalid configuration: {redact(str(e))}", file=sys.stderr)
         return 2
     try:
         import uvloop
@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _serve(config: BrokerConfig) -> int:
+    from broker.metadata.store import MetadataStoreUnavailable
     from broker.server.broker import Broker
 
     broker = Broker(config)
@@ -59,10 +60,15 @@ async def _serve(config: BrokerConfig) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    log = logging.getLogger("broker")
     try:
         await broker.start()
-    except OSError as e:
-        logging.getLogger("broker").error("cannot start: %s", e)
+    except (OSError, MetadataStoreUnavailable) as e:
+        log.error("cannot start: %s", e)
+        return 1
+    except Exception:
+        # Logged rather than left to Python's hook: the log's formatter masks credentials.
+        log.exception("cannot start")
         return 1
     await stop.wait()
     await broker.stop()

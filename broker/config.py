@@ -96,8 +96,19 @@ def between(low: float, high: float) -> Callable[[object], str | None]:
 
 
 def _valid_store_url(value: object) -> str | None:
-    if value and not str(value).startswith(("postgresql://", "postgres://")):
+    if not value:
+        return None
+    if not str(value).startswith(("postgresql://", "postgres://")):
         return "must be empty (embedded SQLite) or a postgresql:// URL"
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    from broker.redaction import redact
+
+    try:
+        conninfo_to_dict(str(value))
+    except psycopg.Error as e:
+        return redact(str(e))  # libpq quotes the whole URL, password included
     return None
 
 
@@ -970,7 +981,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ),
         ConfigDef(
             "metadata.store.url",
-            "string",
+            # A password type, as Kafka's configs that carry credentials: the URL holds the
+            # database's password, and the database is often the control plane's own.
+            "password",
             "",
             "Fjord's: where the cluster metadata lives. Empty keeps it in an embedded SQLite "
             "file in the first log dir (a single broker); a postgresql:// URL makes this broker "

@@ -10,9 +10,10 @@ key stay, so a masked message still says which account and which server it is ab
 Pure: no Django, no broker imports, so the control plane and the pipelines use it too.
 """
 
+import logging
 import re
 
-__all__ = ["MASK", "has_credentials", "redact"]
+__all__ = ["MASK", "RedactingFormatter", "has_credentials", "redact"]
 
 MASK = "****"
 
@@ -74,3 +75,11 @@ def has_credentials(text: str) -> bool:
     """Whether ``text`` holds something :func:`redact` would mask (a URL with a password, a
     ``password=`` pair, a JAAS entry, ...)."""
     return redact(text) != text
+
+
+class RedactingFormatter(logging.Formatter):
+    """A log formatter that masks credentials in the whole formatted record: the message, its
+    arguments (an exception naming a URL) and the traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
