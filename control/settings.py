@@ -1,7 +1,10 @@
 """Settings for the Fjord control plane, read from the environment (12-factor).
 
-deploy/fjord.env.example lists every variable. Without any of them the control plane runs on
-local defaults: debug mode, SQLite under var/, in-process channel layer, no Celery worker.
+deploy/fjord.env.example lists every variable. Without any of them the control plane refuses
+to start: it needs DJANGO_SECRET_KEY, or DJANGO_DEBUG=1 for development (as `make run` asks),
+which runs on local defaults: SQLite under var/, in-process channel layer, no Celery worker.
+Outside development the defaults are a deployment's behind a TLS-terminating proxy: secure
+cookies, HTTPS only, HSTS.
 """
 
 import os
@@ -21,17 +24,56 @@ def _env_list(name: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
 
 
-DEBUG = os.environ.get("DJANGO_DEBUG", "1").strip().lower() in {"1", "true", "yes", "on"}
+def _env_flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    return value in {"1", "true", "yes", "on"} if value else default
+
+
+# Development mode must be asked for: a deployment that forgets the variable is not one that
+# shows tracebacks and settings to whoever triggers an error.
+DEBUG = _env_flag("DJANGO_DEBUG", False)
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
-        raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is off.")
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY must be set (or DJANGO_DEBUG=1 for development, as `make run` "
+            "sets it)."
+        )
+    # Known to everyone, so it signs nothing worth forging: only in development.
     SECRET_KEY = "django-insecure-fjord-local-development-key-never-use-in-production"
 
 # Empty in debug mode means Django's own localhost defaults.
 ALLOWED_HOSTS = _env_list("DJANGO_ALLOWED_HOSTS")
 CSRF_TRUSTED_ORIGINS = _env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
+
+# Behind a TLS-terminating proxy (deploy/README.md). Each setting is Django's, read from the
+# variable of the same name with a DJANGO_ prefix; outside development the defaults are the
+# safe ones, and development (plain HTTP on 127.0.0.1) turns them off.
+SESSION_COOKIE_SECURE = _env_flag("DJANGO_SESSION_COOKIE_SECURE", not DEBUG)
+CSRF_COOKIE_SECURE = _env_flag("DJANGO_CSRF_COOKIE_SECURE", not DEBUG)
+SECURE_SSL_REDIRECT = _env_flag("DJANGO_SECURE_SSL_REDIRECT", not DEBUG)
+# Load balancers and container health checks ask over plain HTTP from inside.
+SECURE_REDIRECT_EXEMPT = [r"^api/v1/health/$"]
+# A year, as HSTS preload lists ask; the browser then refuses plain HTTP to this host, so a
+# first deployment may start lower (DJANGO_SECURE_HSTS_SECONDS=3600) until TLS is settled.
+SECURE_HSTS_SECONDS = int(
+    os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "0" if DEBUG else "31536000")
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_flag("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
+# Preloading commits the registrable domain and all its hosts to HTTPS in every browser: its
+# owner's decision (DJANGO_SECURE_HSTS_PRELOAD=1), not one a console on one of its hosts makes.
+SECURE_HSTS_PRELOAD = _env_flag("DJANGO_SECURE_HSTS_PRELOAD", False)
+SILENCED_SYSTEM_CHECKS = ["security.W021"]
+# The header the proxy sets to say the client's request came over TLS, as
+# "X-Forwarded-Proto:https". Only for a web process that nothing but the proxy can reach (and
+# that overwrites the header): a client reaching it directly could claim HTTPS.
+if _proxy_header := os.environ.get("DJANGO_SECURE_PROXY_SSL_HEADER", "").strip():
+    _header, _, _value = _proxy_header.partition(":")
+    SECURE_PROXY_SSL_HEADER = (
+        "HTTP_" + _header.strip().upper().replace("-", "_"),
+        _value.strip() or "https",
+    )
 
 INSTALLED_APPS = [
     # daphne first: its runserver replaces Django's with the ASGI one.

@@ -8,6 +8,9 @@ os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/fjord"
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/1")
 # Samples are taken by the tests themselves (api.sampling), not by a beat no test runs.
 os.environ.setdefault("FJORD_SAMPLER", "beat")
+# Development mode, as `make run`'s: plain HTTP on 127.0.0.1, static files without
+# collectstatic. Processes the tests start inherit it.
+os.environ.setdefault("DJANGO_DEBUG", "1")
 
 from control.settings import *  # noqa: E402,F403
 

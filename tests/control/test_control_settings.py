@@ -3,6 +3,7 @@ the variables the test gives it."""
 
 import json
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -11,23 +12,26 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from deploy_files import DEPLOY, compose, environment_file
 
 REPO = Path(__file__).resolve().parents[2]
 
 CONTROL_ENV_VARS = {
-    "DJANGO_SECRET_KEY",
-    "DJANGO_DEBUG",
-    "DJANGO_ALLOWED_HOSTS",
-    "DJANGO_CSRF_TRUSTED_ORIGINS",
     "DATABASE_URL",
     "REDIS_URL",
     "FJORD_BOOTSTRAP",
     "FJORD_METRICS_URL",
 }
+# Long and random enough for Django's own check of it (security.W009).
+SECRET_KEY = secrets.token_urlsafe(50)
 
 
 def control_env(**values: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in CONTROL_ENV_VARS}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in CONTROL_ENV_VARS and not k.startswith("DJANGO_")
+    }
     env["DJANGO_SETTINGS_MODULE"] = "control.settings"
     return {**env, **values}
 
@@ -40,7 +44,10 @@ def load_settings(**values: str) -> subprocess.CompletedProcess[str]:
         "print(json.dumps({'debug': settings.DEBUG, 'hosts': settings.ALLOWED_HOSTS,"
         " 'db': settings.DATABASES['default'], 'broker_url': settings.CELERY_BROKER_URL,"
         " 'layer': settings.CHANNEL_LAYERS['default']['BACKEND'],"
-        " 'bootstrap': settings.FJORD_BOOTSTRAP, 'metrics': settings.FJORD_METRICS_URL},"
+        " 'bootstrap': settings.FJORD_BOOTSTRAP, 'metrics': settings.FJORD_METRICS_URL,"
+        " 'secure': {name: getattr(settings, name, None) for name in ("
+        "'SESSION_COOKIE_SECURE', 'CSRF_COOKIE_SECURE', 'SECURE_SSL_REDIRECT',"
+        " 'SECURE_HSTS_SECONDS', 'SECURE_HSTS_INCLUDE_SUBDOMAINS', 'SECURE_PROXY_SSL_HEADER')}},"
         " default=str))\n"
     )
     return subprocess.run(
@@ -53,8 +60,44 @@ def load_settings(**values: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_local_defaults():
+def test_without_a_secret_key_only_development_starts():
     result = load_settings()
+
+    assert result.returncode != 0
+    assert "ImproperlyConfigured: DJANGO_SECRET_KEY must be set" in result.stderr
+
+
+def test_debug_is_off_and_the_deployment_secure_unless_development_is_asked_for():
+    result = load_settings(DJANGO_SECRET_KEY=SECRET_KEY)
+
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout)
+    assert loaded["debug"] is False
+    assert loaded["secure"] == {
+        "SESSION_COOKIE_SECURE": True,
+        "CSRF_COOKIE_SECURE": True,
+        "SECURE_SSL_REDIRECT": True,
+        "SECURE_HSTS_SECONDS": 31536000,
+        "SECURE_HSTS_INCLUDE_SUBDOMAINS": True,
+        # Trusted only when the deployment says which header its proxy sets.
+        "SECURE_PROXY_SSL_HEADER": None,
+    }
+
+
+def test_the_proxy_ssl_header_comes_from_the_environment():
+    result = load_settings(
+        DJANGO_SECRET_KEY=SECRET_KEY, DJANGO_SECURE_PROXY_SSL_HEADER="X-Forwarded-Proto:https"
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["secure"]["SECURE_PROXY_SSL_HEADER"] == [
+        "HTTP_X_FORWARDED_PROTO",
+        "https",
+    ]
+
+
+def test_development_mode_is_asked_for_and_runs_on_local_defaults():
+    result = load_settings(DJANGO_DEBUG="1")
 
     assert result.returncode == 0, result.stderr
     loaded = json.loads(result.stdout)
@@ -65,6 +108,8 @@ def test_local_defaults():
     assert loaded["layer"] == "channels.layers.InMemoryChannelLayer"
     assert loaded["bootstrap"] == "127.0.0.1:9092"
     assert loaded["metrics"] == "http://127.0.0.1:9308/metrics"
+    # Plain HTTP on 127.0.0.1.
+    assert not any(loaded["secure"].values())
 
 
 def test_production_settings_come_from_the_environment():
@@ -93,6 +138,38 @@ def test_production_refuses_to_start_without_a_secret_key():
 
     assert result.returncode != 0
     assert "DJANGO_SECRET_KEY must be set" in result.stderr
+
+
+def deployment_environments() -> dict[str, dict[str, str]]:
+    """The control plane's environment in each of deploy/'s ways to run it, given what their
+    comments ask the operator for."""
+    given = {"DJANGO_SECRET_KEY": SECRET_KEY, "POSTGRES_PASSWORD": "pg-secret"}
+    given |= {"FJORD_SASL_PASSWORD": "control-secret", "FJORD_BROKER_PASSWORD": "broker-secret"}
+    systemd = environment_file(DEPLOY / "fjord.env.example") | {"DJANGO_SECRET_KEY": SECRET_KEY}
+    return {
+        "systemd (fjord.env.example)": systemd,
+        "compose.yaml": compose("compose.yaml", variables=given)["services"]["web"]["environment"],
+        "compose.cluster.yaml": compose("compose.yaml", "compose.cluster.yaml", variables=given)[
+            "services"
+        ]["web"]["environment"],
+    }
+
+
+@pytest.mark.parametrize("deployment", sorted(deployment_environments()))
+def test_check_deploy_is_clean_with_the_settings_deploy_uses(deployment):
+    # Compose passes a variable without a value on from its own environment: none here.
+    env = {k: str(v) for k, v in deployment_environments()[deployment].items() if v is not None}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=REPO,
+        env=control_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
 
 
 @pytest.fixture
@@ -126,7 +203,7 @@ def test_migrate_runs_on_postgresql_from_database_url(postgres_database):
     result = subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput"],
         cwd=REPO,
-        env=control_env(DATABASE_URL=postgres_database),
+        env=control_env(DATABASE_URL=postgres_database, DJANGO_SECRET_KEY=SECRET_KEY),
         capture_output=True,
         text=True,
         timeout=120,
