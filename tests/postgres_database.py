@@ -20,14 +20,16 @@ def skip_without_postgres() -> None:
 
 
 @contextmanager
-def throwaway_database(prefix: str) -> Iterator[str]:
+def throwaway_database(prefix: str, password: str | None = None) -> Iterator[str]:
     """The URL of a new database named `<prefix>_<random>`, dropped afterwards even while
-    something is still connected to it."""
+    something is still connected to it. With `password`, the URL carries one as a
+    deployment's does (the tests' server trusts local connections, so any gets in)."""
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     try:
-        yield f"postgresql://postgres@127.0.0.1:5432/{name}"
+        user = f"postgres:{password}" if password else "postgres"
+        yield f"postgresql://{user}@127.0.0.1:5432/{name}"
     finally:
         with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -21,12 +21,14 @@ pytestmark = pytest.mark.django_db
 
 NODES = (1, 2, 3)
 WAIT_S = 30
+STORE_PASSWORD = "cluster-store-pa55word"
 
 
 @pytest.fixture(scope="module")
 def store_url():
-    """A PostgreSQL database of its own for the cluster's metadata, dropped afterwards."""
-    with throwaway_database("fjord_cluster") as url:
+    """A PostgreSQL database of its own for the cluster's metadata, dropped afterwards; its
+    URL carries a password, as a deployment's does."""
+    with throwaway_database("fjord_cluster", password=STORE_PASSWORD) as url:
         yield url
 
 
@@ -114,6 +116,26 @@ def test_brokers_page_lists_every_broker_with_the_controller(
     assert html.count('class="tag controller-tag">') == 1
     assert html.count('class="tag controller-tag" hidden>') == 2
     assert html.count('data-field="status">alive<') == 3
+
+
+def test_the_store_url_is_shown_to_nobody(cluster_settings, viewer_api, admin_api, viewer_browser):
+    """metadata.store.url holds the metadata database's password: REST and the console say it
+    is set and sensitive, as kafka-configs does, never what it is, to viewers nor admins."""
+    for api in (viewer_api, admin_api):
+        response = api.get("/api/v1/brokers/1/configs/")
+        assert response.status_code == 200
+        assert STORE_PASSWORD not in response.content.decode()
+        store = {c["name"]: c for c in response.json()}["metadata.store.url"]
+        assert (store["value"], store["sensitive"]) == (None, True)
+        assert store["source"] == "STATIC_BROKER_CONFIG"
+
+    page = viewer_browser.get(reverse("webui:broker-configs", args=[1]))
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert STORE_PASSWORD not in html
+    [row] = [r for r in page.context["rows"] if r["name"] == "metadata.store.url"]
+    assert row["sensitive"] and row["value"] is None
+    assert "(hidden)" in html
 
 
 def test_a_replicated_topic_shows_its_replicas_and_isr(

@@ -24,23 +24,17 @@ from postgres_database import skip_without_postgres, throwaway_database
 from broker.client.connection import BrokerConnection
 from broker.protocol import codec
 
-# The tests' PostgreSQL trusts local connections, so any password gets in: the URL carries one
-# the way a deployment's does.
 PASSWORD = "store-pa55word"
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 DESCRIBE_CONFIGS = 32
 STATIC_BROKER_CONFIG = 4
 
 
-def with_password(url: str) -> str:
-    return url.replace("postgresql://postgres@", f"postgresql://postgres:{PASSWORD}@")
-
-
 @pytest.fixture
 def store_url():
     skip_without_postgres()
-    with throwaway_database("fjord_store_secrecy") as url:
-        yield with_password(url)
+    with throwaway_database("fjord_store_secrecy", password=PASSWORD) as url:
+        yield url
 
 
 @pytest.fixture
