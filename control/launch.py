@@ -4,7 +4,8 @@
 
 Starts the broker (its --override options follow the launcher's own and so win), the ASGI
 web server, a Celery worker and beat (over Redis when REDIS_URL is set, over files under var/
-otherwise), after making sure a first admin can log in. Each child's output is
+otherwise), after making sure a first admin can log in. It runs the control plane in
+development mode (DJANGO_DEBUG=1) unless the environment sets DJANGO_DEBUG. Each child's output is
 forwarded line by line under its name. SIGINT and SIGTERM are forwarded to the children; a
 second one kills them. If a child exits on its own the others are stopped and the launcher
 exits 1.
@@ -342,6 +343,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as e:
             parser.error(str(e))
 
+    # The launcher is development's one-command start: plain HTTP on 127.0.0.1 and the first
+    # admin's password on this terminal. Outside development settings want a secret key and
+    # TLS, and nothing prints the password; DJANGO_DEBUG=0 asks for that here too.
+    os.environ.setdefault("DJANGO_DEBUG", "1")
     django.setup()
     call_command("migrate", interactive=False, verbosity=0)
     call_command("ensure_admin", stdout=PrefixedStdout())

@@ -199,9 +199,17 @@ def free_port() -> int:
 @pytest.mark.timeout(120)
 def test_launch_runs_broker_and_console_until_stopped(tmp_path):
     kafka_port, metrics_port, web_port = free_port(), free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "DATABASE_URL"}}
+    # What `make run` gets: no settings in the environment (the launcher asks for development
+    # mode itself), the plain settings, SQLite (here a throwaway one), no Redis.
+    unset = {
+        "REDIS_URL",
+        "DATABASE_URL",
+        "DJANGO_DEBUG",
+        "DJANGO_SECRET_KEY",
+        "FJORD_ADMIN_PASSWORD",
+    }
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     env |= {
-        # What `make run` gets: the plain settings, SQLite (here a throwaway one), no Redis.
         "DJANGO_SETTINGS_MODULE": "control.settings",
         "DATABASE_URL": f"sqlite:///{tmp_path / 'control.sqlite3'}",
         "FJORD_BOOTSTRAP": f"127.0.0.1:{kafka_port}",
