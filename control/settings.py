@@ -171,11 +171,13 @@ STORAGES = {
     },
 }
 
-# Logs go to stderr in every mode, where daphne, systemd and docker collect them.
+# Logs go to stderr in every mode, where daphne, systemd and docker collect them, with any
+# credential in a message or a traceback (a database URL, a password option) masked.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {"redacted": {"()": "broker.redaction.RedactingFormatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "redacted"}},
     "root": {"handlers": ["console"], "level": os.environ.get("DJANGO_LOG_LEVEL", "INFO")},
     # Django's own debug-only console handler would print every record a second time.
     "loggers": {"django": {"handlers": []}},
