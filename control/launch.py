@@ -36,6 +36,8 @@ import django
 from django.conf import settings
 from django.core.management import call_command
 
+from broker.redaction import redact
+
 # Long enough for the broker to flush and close its logs, short enough for a hung child.
 STOP_GRACE_SECONDS = 20.0
 
@@ -134,7 +136,8 @@ class Supervisor:
         announce = child.ready
         for line in proc.stdout:
             line = line.rstrip("\n")
-            self.say(f"[{child.name}] {line}")
+            # Not every child logs through a masking formatter (Celery has its own).
+            self.say(f"[{child.name}] {redact(line)}")
             if announce is not None and (message := announce(line)) is not None:
                 self.say(f"fjord: {message}")
                 announce = None

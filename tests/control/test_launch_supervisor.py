@@ -58,6 +58,20 @@ def test_a_child_exiting_on_its_own_stops_the_others_and_fails():
     assert "fjord: quitter exited with status 3" in out.getvalue()
 
 
+def test_a_childs_output_is_forwarded_without_credentials():
+    """Celery, for one, prints what it logs with a formatter of its own."""
+    out = io.StringIO()
+    said = "task failed: cannot reach postgresql://fjord:child-pa55word@db:5432/fjord"
+    supervisor = Supervisor([Child("worker", [sys.executable, "-c", f"print({said!r})"])], out=out)
+
+    supervisor.run()
+
+    assert "[worker] task failed: cannot reach postgresql://fjord:****@db:5432/fjord" in (
+        out.getvalue()
+    )
+    assert "child-pa55word" not in out.getvalue()
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_is_forwarded_once_to_every_child(signum):
     script = textwrap.dedent(
