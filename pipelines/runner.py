@@ -174,6 +174,7 @@ class PipelineProcess:
         return 0 if status == PipelineRun.Status.STOPPED else 1
 
     def stream(self) -> None:
+        from pipelines.spark.plan import checked_query
         from pipelines.spark.session import spark_session
         from pipelines.spark.streams import read_stream, write_stream
 
@@ -181,7 +182,9 @@ class PipelineProcess:
         pipeline_dir(pipeline).mkdir(parents=True, exist_ok=True)
         spark = spark_session(f"fjord-pipeline-{pipeline.name}")
         read_stream(spark, source_options(pipeline)).createOrReplaceTempView("source")
-        writer = write_stream(spark.sql(pipeline.transformation), sink_options(pipeline))
+        # Checked again here: the definition may have changed behind the API's back.
+        transformed = checked_query(spark, pipeline.transformation)
+        writer = write_stream(transformed, sink_options(pipeline))
         query = writer.trigger(processingTime=f"{pipeline.trigger_interval_ms} milliseconds")
         query = query.queryName(pipeline.name).start()
         PipelineRun.objects.filter(pk=run.pk, status=PipelineRun.Status.STARTING).update(
