@@ -397,6 +397,9 @@ class SinkOptions:
     topic: str | None
     exactly_once: bool
     transactional_id_prefix: str | None
+    # A pipeline's sink (not an option of the format): its topic is the only one it writes,
+    # and a 'topic' column, which the `topic` option would override, is refused outright.
+    pinned_topic: bool = False
 
 
 def sink_options(given: Mapping[str, str]) -> SinkOptions:

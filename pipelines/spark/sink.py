@@ -70,6 +70,10 @@ def check_schema(schema: StructType, options: SinkOptions) -> None:
         if name in fields and not isinstance(fields[name], StringType | BinaryType):
             raise ValueError(f"column '{name}' must be a string or binary, not {fields[name]}")
     if "topic" in fields:
+        if options.pinned_topic:
+            raise ValueError(
+                "a 'topic' column is refused: a pipeline writes only to its sink topic"
+            )
         if not isinstance(fields["topic"], StringType):
             raise ValueError(f"column 'topic' must be a string, not {fields['topic']}")
     elif options.topic is None:
@@ -115,7 +119,9 @@ async def produce_rows(
     for batch in batches:
         values = _column(batch, "value", as_bytes=True)
         keys = _column(batch, "key", as_bytes=True) or [None] * len(values)
-        topics, partitions = _column(batch, "topic"), _column(batch, "partition")
+        # As Spark's Kafka sink: the `topic` option overrides any topic column.
+        topics = _column(batch, "topic") if topic is None else None
+        partitions = _column(batch, "partition")
         headers = _column(batch, "headers")
         if topics is None and partitions is None and headers is None:
             # The usual rows, key and value only: the per-row path kept to the send.

@@ -6,14 +6,16 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from pyspark.sql.types import StringType, StructField, StructType
 from test_spark_source import create_topic, produce, read_batch, topic_name
 
 from broker.client import AdminClient, Producer
 from broker.client.models import NewTopic
-from pipelines.spark.options import sink_options
+from pipelines.spark.options import SinkOptions, sink_options
 from pipelines.spark.sink import (
     PreparedPart,
     abort_batch,
+    check_schema,
     commit_batch,
     last_decision,
     settle_open_transactions,
@@ -60,6 +62,33 @@ def test_batch_write_takes_kafkas_columns(spark, eos_broker):
         )
         for r in got.collect()
     ) == sorted(rows)
+
+
+def test_the_topic_option_overrides_a_topic_column(spark, eos_broker):
+    """As Spark's Kafka sink: with the `topic` option, a row's own topic is ignored, so a
+    pipeline's SQL cannot send its rows elsewhere."""
+    topic, elsewhere = topic_name("sink-option"), topic_name("sink-column")
+    create_topic(eos_broker.bootstrap, topic)
+    create_topic(eos_broker.bootstrap, elsewhere)
+    df = spark.createDataFrame(
+        [(f"v{i}", elsewhere) for i in range(5)], "value string, topic string"
+    )
+    df.write.format("fjord").mode("append").option(
+        "kafka.bootstrap.servers", eos_broker.bootstrap
+    ).option("topic", topic).save()
+    assert committed_values(spark, eos_broker.bootstrap, topic) == [f"v{i}" for i in range(5)]
+    assert committed_values(spark, eos_broker.bootstrap, elsewhere) == []
+
+
+VALUE = StructField("value", StringType())
+
+
+def test_a_pinned_sink_refuses_a_topic_column():
+    """A pipeline's sink: a `topic` column is refused before the pipeline is saved."""
+    pinned = SinkOptions(None, "sink", False, None, pinned_topic=True)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'topic' column is refused"):
+        check_schema(StructType([VALUE, StructField("topic", StringType())]), pinned)
+    check_schema(StructType([VALUE]), pinned)
 
 
 def test_records_the_broker_refuses_fail_the_write(spark, eos_broker):
