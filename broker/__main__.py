@@ -9,8 +9,8 @@ import signal
 import sys
 from pathlib import Path
 
-from broker.config import BrokerConfig, ConfigError, parse_overrides, read_properties
-from broker.redaction import RedactingFormatter, redact
+from broker.config import BrokerConfig, ConfigError, read_broker_config
+from broker.redaction import RedactingFormatter
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,12 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     handler.setFormatter(RedactingFormatter("[%(asctime)s] %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
     try:
-        props = read_properties(args.properties) if args.properties else {}
-        props.update(parse_overrides(args.override))
-        config = BrokerConfig(props)
+        config = read_broker_config(args.properties, args.override)
     except (ConfigError, OSError) as e:
-        # A line of server.properties or an --override quoted back may hold a password.
-        print(f"fjord: invalid configuration: {redact(str(e))}", file=sys.stderr)
+        print(f"fjord: invalid configuration: {e}", file=sys.stderr)
         return 2
     try:
         import uvloop

@@ -19,7 +19,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from broker.config import BrokerConfig, ConfigError, parse_overrides, read_properties
+from broker.config import ConfigError, read_broker_config
 from broker.metadata.postgres_store import PostgresMetadataStore
 from broker.metadata.store import MetadataStoreUnavailable, SqliteMetadataStore
 from broker.security.acl import (
@@ -108,9 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         parser.error(str(e))
     try:
-        props = read_properties(args.properties) if args.properties else {}
-        props.update(parse_overrides(args.override))
-        config = BrokerConfig(props)
+        config = read_broker_config(args.properties, args.override)
     except (ConfigError, OSError) as e:
         print(f"fjord: invalid configuration: {e}", file=sys.stderr)
         return 2

@@ -1393,6 +1393,20 @@ def read_properties(path: Path) -> dict[str, str]:
     return props
 
 
+def read_broker_config(properties: Path | None, overrides: Iterable[str]) -> BrokerConfig:
+    """A server.properties file, if any, with --override key=value items on top: the
+    configuration of `python -m broker` and its tools. A ConfigError quoting a line or a value
+    back has any credential in it masked (OSError: the file cannot be read)."""
+    from broker.redaction import redact
+
+    try:
+        props = read_properties(properties) if properties else {}
+        props.update(parse_overrides(overrides))
+        return BrokerConfig(props)
+    except ConfigError as e:
+        raise ConfigError(redact(str(e))) from None
+
+
 def parse_overrides(items: Iterable[str]) -> dict[str, str]:
     props = {}
     for item in items:

@@ -165,3 +165,18 @@ def test_a_broker_that_cannot_start_on_its_store_url_does_not_print_the_password
     assert result.returncode == status, result.stderr
     assert said in result.stderr
     assert PASSWORD not in result.stdout + result.stderr
+
+
+def test_an_override_quoted_back_is_masked(tmp_path):
+    # Without its '=', the whole item is quoted in the refusal.
+    item = f"metadata.store.url postgresql://fjord:{PASSWORD}@db/fjord"
+    result = subprocess.run(
+        [sys.executable, "-m", "broker", "--override", item],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "--override expects key=value" in result.stderr
+    assert PASSWORD not in result.stderr
