@@ -88,6 +88,7 @@ UNRESOLVED_EXPRESSIONS = frozenset(
         "UnresolvedOrdinal",
         "UnresolvedRegex",
         "UnresolvedStar",
+        "UnresolvedStarExceptOrReplace",
         "UnresolvedWindowExpression",
     }
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from py4j.java_gateway import JavaObject
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
@@ -22,7 +23,7 @@ def parsed_plan(spark: SparkSession, sql: str) -> PlanNode:
         plan = parser.parsePlan(sql)
     except Exception as e:  # py4j's error, carrying Spark's ParseException
         raise TransformationError(first_line(_java_message(e))) from None
-    return _PlanReader(spark).plan(plan)
+    return _PlanReader(spark).read(plan)
 
 
 def checked_query(spark: SparkSession, sql: str) -> DataFrame:
@@ -45,44 +46,74 @@ def builtin_functions(spark: SparkSession) -> frozenset[str]:
 
 
 class _PlanReader:
-    """Turns a JVM plan into PlanNodes, through py4j."""
+    """Turns a JVM plan into PlanNodes, through py4j.
+
+    A node's parts are found in all its fields, not only in its children and `expressions`:
+    some nodes keep expressions or plans elsewhere (a WINDOW clause's definitions are a map, a
+    subquery's plan is no child of its expression), and what the walk misses the policy cannot
+    see."""
 
     def __init__(self, spark: SparkSession) -> None:
-        catalyst = "org.apache.spark.sql.catalyst.expressions"
-        self.plan_expression = spark._jvm.java.lang.Class.forName(f"{catalyst}.PlanExpression")
+        def java_class(name: str) -> Any:
+            return spark._jvm.java.lang.Class.forName(name)
 
-    def plan(self, node: Any) -> PlanNode:
-        kind = _class_name(node)
-        name: tuple[str, ...] = ()
-        options: tuple[str, ...] = ()
-        ctes: tuple[str, ...] = ()
-        definitions: tuple[PlanNode, ...] = ()
-        if kind == "UnresolvedRelation":
-            name = tuple(_items(node.multipartIdentifier()))
-            options = tuple(str(key) for key in _items(node.options().keySet()))
-        elif kind == "UnresolvedWith":
-            relations = [(pair._1(), pair._2()) for pair in _items(node.cteRelations())]
-            ctes = tuple(str(alias) for alias, _ in relations)
-            definitions = tuple(self.plan(plan) for _, plan in relations)
-        children = [self.plan(child) for child in _items(node.children())]
-        children += [self.expression(e) for e in _items(node.expressions())]
-        return PlanNode("plan", kind, name, options, ctes, definitions, tuple(children))
+        self.logical_plan = java_class("org.apache.spark.sql.catalyst.plans.logical.LogicalPlan")
+        self.expression = java_class("org.apache.spark.sql.catalyst.expressions.Expression")
+        self.option = java_class("scala.Option")
+        self.iterable = java_class("scala.collection.Iterable")
+        self.product = java_class("scala.Product")
 
-    def expression(self, node: Any) -> PlanNode:
+    def read(self, node: Any) -> PlanNode:
         kind = _class_name(node)
+        if self.logical_plan.isInstance(node):
+            return self._plan(node, kind)
         name: tuple[str, ...] = ()
-        if kind == "UnresolvedFunction":
-            name = tuple(_items(node.nameParts()))
-        elif kind == "UnresolvedAttribute":
+        if kind in ("UnresolvedFunction", "UnresolvedAttribute"):
             name = tuple(_items(node.nameParts()))
         elif kind == "UnresolvedGenerator":
             identifier = node.name()
             database = identifier.database()
             name = (*((database.get(),) if database.isDefined() else ()), identifier.funcName())
-        children = [self.expression(child) for child in _items(node.children())]
-        if self.plan_expression.isInstance(node):  # a subquery: its plan is not a child
-            children.append(self.plan(node.plan()))
-        return PlanNode("expression", kind, name, children=tuple(children))
+        children = tuple(self.read(part) for part in self._parts(node))
+        return PlanNode("expression", kind, name, children=children)
+
+    def _plan(self, node: Any, kind: str) -> PlanNode:
+        if kind == "UnresolvedWith":
+            # Its definitions apart from its body: each sees only the names before it.
+            relations = [(pair._1(), pair._2()) for pair in _items(node.cteRelations())]
+            return PlanNode(
+                "plan",
+                kind,
+                ctes=tuple(str(alias) for alias, _ in relations),
+                definitions=tuple(self.read(plan) for _, plan in relations),
+                children=(self.read(node.child()),),
+            )
+        name: tuple[str, ...] = ()
+        options: tuple[str, ...] = ()
+        if kind == "UnresolvedRelation":
+            name = tuple(_items(node.multipartIdentifier()))
+            options = tuple(str(key) for key in _items(node.options().keySet()))
+        children = tuple(self.read(part) for part in self._parts(node))
+        return PlanNode("plan", kind, name, options, children=children)
+
+    def _parts(self, node: Any) -> list[Any]:
+        """The plans and expressions in the node's fields, however nested in options,
+        collections (maps too) and tuples."""
+        parts: list[Any] = []
+        pending = _items(node.productIterator())
+        while pending:
+            value = pending.pop()
+            if not isinstance(value, JavaObject):
+                continue  # a string, number or boolean
+            if self.logical_plan.isInstance(value) or self.expression.isInstance(value):
+                parts.append(value)
+            elif self.option.isInstance(value):
+                pending.extend(_items(value))
+            elif self.iterable.isInstance(value):
+                pending.extend(_items(value))
+            elif self.product.isInstance(value):
+                pending.extend(_items(value.productIterator()))
+        return parts[::-1]
 
 
 def _class_name(node: Any) -> str:

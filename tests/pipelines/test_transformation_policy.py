@@ -65,6 +65,15 @@ pytestmark = pytest.mark.timeout(300)
         ("FROM source SELECT key, value ORDER BY key LIMIT 10", ["key", "value"]),
         ("SELECT /*+ BROADCAST(s) */ s.key, s.value FROM source s", ["key", "value"]),
         ("SELECT key, value FROM (SELECT key AS user, key, value FROM source)", ["key", "value"]),
+        (
+            "SELECT * EXCEPT (topic, partition, offset, timestamp, timestampType) FROM source",
+            ["key", "value"],
+        ),
+        (
+            "SELECT key, value, sum(offset) OVER w AS total FROM source "
+            "WINDOW w AS (PARTITION BY key)",
+            ["key", "value", "total"],
+        ),
         # Text that Spark would substitute from the environment stays as written.
         ("SELECT key, '${env:HOME}' AS value FROM source", ["key", "value"]),
     ],
@@ -98,6 +107,32 @@ def test_queries_over_source_pass(statement, columns):
             "WITH t AS (SELECT reflect('java.lang.System', 'getenv', 'HOME') AS value "
             "FROM source) SELECT value FROM t",
             "`reflect`",
+        ),
+        # Wherever the call hides: a WINDOW clause, a hint, a FILTER, VALUES, a LATERAL join.
+        (
+            "SELECT key, value, sum(offset) OVER w AS s FROM source "
+            "WINDOW w AS (PARTITION BY reflect('java.lang.System', 'getenv', 'HOME'))",
+            "`reflect`",
+        ),
+        (
+            "SELECT /*+ REPARTITION(reflect('java.lang.System', 'getenv', 'HOME')) */ key, value "
+            "FROM source",
+            "`reflect`",
+        ),
+        (
+            "SELECT key, max(value) FILTER (WHERE reflect('a', 'b') = 'x') AS value FROM source "
+            "GROUP BY key",
+            "`reflect`",
+        ),
+        (
+            "SELECT key, value FROM source UNION ALL SELECT * FROM VALUES "
+            "(CAST(reflect('java.lang.System', 'getenv', 'HOME') AS BINARY), X'00') t(key, value)",
+            "`reflect`",
+        ),
+        (
+            "SELECT s.key, t.v AS value FROM source s, "
+            "LATERAL (SELECT value AS v FROM text.`/etc/hostname`) t",
+            "reads `text./etc/hostname`",
         ),
         (
             "SELECT IDENTIFIER('reflect')('java.lang.System', 'getenv', 'HOME') AS value",
