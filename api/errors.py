@@ -18,6 +18,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from api.kafka import BrokerUnavailable
 from broker.client import KafkaAdminError
+from pipelines.sql import CheckerUnavailable
 
 E = ErrorCode
 
@@ -89,8 +90,9 @@ def kafka_error_body(error: KafkaAdminError) -> dict[str, Any]:
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """DRF's handler, plus Kafka errors, an unreachable broker and a broker that did not answer
-    in time; anything else stays a 500 for Django to log."""
+    """DRF's handler, plus Kafka errors, an unreachable broker, a broker that did not answer
+    in time and a pipeline's SQL checker that did not answer; anything else stays a 500 for
+    Django to log."""
     if isinstance(exc, KafkaAdminError):
         return Response(kafka_error_body(exc), status=http_status(exc.code))
     if isinstance(exc, BrokerUnavailable):
@@ -98,6 +100,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             {"detail": str(exc), "kafka_error": "BROKER_NOT_AVAILABLE"},
             status=status.HTTP_503_SERVICE_UNAVAILABLE,
         )
+    if isinstance(exc, CheckerUnavailable):
+        return Response({"detail": str(exc)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
     if isinstance(exc, TimeoutError):
         return Response(
             {"detail": "The broker did not answer in time.", "kafka_error": "REQUEST_TIMED_OUT"},

@@ -5,6 +5,7 @@ pipelines.sql_checker`, Spark's parser and analyser in a process of its own): on
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
@@ -208,3 +209,25 @@ def test_the_checker_holds_no_secret_of_the_control_plane(monkeypatch):
         checker.close()
     assert os.environ["DJANGO_SECRET_KEY"] == "not-for-the-checker"
     assert names and names <= {n.encode() for n in sql.CHECKER_ENVIRONMENT}
+
+
+def test_a_checker_that_died_is_started_again_and_one_that_hangs_is_replaced(monkeypatch):
+    checker = sql.SqlChecker()
+    try:
+        assert checker.check("SELECT key, value FROM source", False) == ["key", "value"]
+        first = checker.pid
+        os.kill(first, signal.SIGKILL)
+        os.waitpid(first, 0)
+        assert checker.check("SELECT value FROM source", False) == ["value"]
+        second = checker.pid
+        assert second != first
+
+        os.kill(second, signal.SIGSTOP)
+        monkeypatch.setattr(sql, "CHECK_TIMEOUT_S", 0.5)
+        with pytest.raises(sql.CheckerUnavailable):
+            checker.check("SELECT key, value FROM source", False)
+        assert checker.pid is None
+        with pytest.raises(ProcessLookupError):
+            os.kill(second, 0)
+    finally:
+        checker.close()
