@@ -4,7 +4,8 @@ Celery tasks.
 A start makes a `starting` run and asks a worker to spawn its process; a stop marks the active
 run `stopping`, which its process sees within a second (whatever host it runs on) and answers
 by stopping its query. A run whose process is gone (it exited without saying so, or stopped
-reporting) is failed by `check_runs`, with the end of its log as the error."""
+reporting) is failed by `check_runs`, with the end of its log as the error (scrubbed of
+credentials: the REST API and the console show it)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ import socket
 import subprocess
 import sys
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from broker.redaction import redact
+from pipelines import principal
 from pipelines.models import Pipeline, PipelineRun
 
 LOG_TAIL_BYTES = 4000
@@ -25,6 +29,23 @@ LOG_TAIL_BYTES = 4000
 
 class PipelineStateError(Exception):
     """A start of a pipeline already running, or a stop of one that is not."""
+
+
+def define(serializer: Any, **extra: Any) -> Pipeline:
+    """Save a pipeline's definition (a validated PipelineSerializer) and bring its principal's
+    user and ACLs in step with it; when the broker refuses or cannot be reached, nothing is
+    saved (KafkaAdminError, BrokerUnavailable)."""
+    with transaction.atomic():
+        pipeline = serializer.save(**extra)
+        principal.sync(pipeline)
+    return pipeline
+
+
+def remove(pipeline: Pipeline) -> None:
+    """Delete a pipeline, its principal's ACLs and user first (a pipeline left without them
+    can be removed again; a principal left without its pipeline could not)."""
+    principal.remove(pipeline)
+    pipeline.delete()
 
 
 def active_run(pipeline: Pipeline) -> PipelineRun | None:
@@ -108,7 +129,8 @@ def check_runs() -> list[PipelineRun]:
             changed = PipelineRun.objects.filter(pk=run.pk, status=run.status).update(
                 status=PipelineRun.Status.FAILED,
                 stopped_at=timezone.now(),
-                last_error=f"the pipeline's process ended without stopping its query\n{log_tail(run)}",
+                last_error="the pipeline's process ended without stopping its query\n"
+                + redact(log_tail(run)),
             )
             if changed:
                 failed.append(run)

@@ -4,11 +4,18 @@ records its progress here."""
 
 from __future__ import annotations
 
+import secrets
+
 from django.conf import settings
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 
 TOPIC_NAME = RegexValidator(r"^[A-Za-z0-9._-]{1,249}$", "letters, digits, '.', '_' and '-'")
+
+
+def new_password() -> str:
+    """A pipeline principal's SCRAM password: random, URL-safe (nothing to escape in JAAS)."""
+    return secrets.token_urlsafe(32)
 
 
 class Pipeline(models.Model):
@@ -35,6 +42,10 @@ class Pipeline(models.Model):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
+    # The password of the pipeline's own Kafka principal (pipelines/principal.py): kept here,
+    # where the control plane that sets it and the pipeline's process (on any worker's host)
+    # both read it; never serialized nor shown.
+    kafka_password = models.CharField(max_length=64, default=new_password, editable=False)
 
     class Meta:
         ordering = ["name"]

@@ -18,6 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     import django
 
     django.setup()
+    from pipelines.environment import scrub_environment
     from pipelines.models import Pipeline, PipelineRun
     from pipelines.runner import PipelineProcess
 
@@ -27,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
         run = PipelineRun.objects.select_related("pipeline").get(
             pk=args.run, pipeline_id=args.pipeline
         )
+    # Django has read its settings: Spark, started next, gets none of the control plane's.
+    scrub_environment()
     return PipelineProcess(run).main()
 
 

@@ -21,6 +21,9 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from broker.redaction import redact
+from pipelines import principal
+from pipelines.allowed_options import check_pipeline_options
 from pipelines.models import Pipeline, PipelineRun
 from pipelines.spark.options import exactly_once
 
@@ -31,34 +34,31 @@ def pipeline_dir(pipeline: Pipeline) -> Path:
     return Path(settings.FJORD_PIPELINES_DIR) / str(pipeline.pk)
 
 
-def kafka_options() -> dict[str, str]:
-    """The control plane's broker settings as the fjord format's `kafka.*` options."""
+def kafka_options(pipeline: Pipeline) -> dict[str, str]:
+    """Where and as whom the pipeline connects, as the fjord format's `kafka.*` options: the
+    control plane's broker and security protocol, the pipeline's own principal (never the
+    control plane's credentials, nor its TLS client certificate)."""
     options = {"kafka.bootstrap.servers": settings.FJORD_BOOTSTRAP}
     protocol = settings.FJORD_SECURITY_PROTOCOL
     if protocol != "PLAINTEXT":
         options["kafka.security.protocol"] = protocol
-    if protocol.startswith("SASL"):
-        options["kafka.sasl.mechanism"] = settings.FJORD_SASL_MECHANISM
-        user = (settings.FJORD_SASL_USERNAME or "").replace('"', '\\"')
-        password = (settings.FJORD_SASL_PASSWORD or "").replace('"', '\\"')
-        options["kafka.sasl.jaas.config"] = f'username="{user}" password="{password}";'
-    if protocol.endswith("SSL"):
-        for option, value in (
-            ("kafka.ssl.ca.location", settings.FJORD_SSL_CAFILE),
-            ("kafka.ssl.certificate.location", settings.FJORD_SSL_CERTFILE),
-            ("kafka.ssl.key.location", settings.FJORD_SSL_KEYFILE),
-        ):
-            if value:
-                options[option] = value
+    if principal.authenticated():
+        options["kafka.sasl.mechanism"] = principal.mechanism()
+        options["kafka.sasl.jaas.config"] = principal.jaas_config(pipeline)
+    if protocol.endswith("SSL") and settings.FJORD_SSL_CAFILE:
+        options["kafka.ssl.ca.location"] = settings.FJORD_SSL_CAFILE
     return options
 
 
 def source_options(pipeline: Pipeline) -> dict[str, str]:
+    """The pipeline's options first, checked again here (a definition changed behind the API's
+    back is refused too), then what the definition and the control plane set, which win."""
+    check_pipeline_options(pipeline.options)
     options = {
-        **kafka_options(),
+        **{key: str(value) for key, value in pipeline.options.items()},
         "startingOffsets": pipeline.starting_offsets,
         "kafka.isolation.level": "read_committed",
-        **{key: str(value) for key, value in pipeline.options.items()},
+        **kafka_options(pipeline),
     }
     if pipeline.source_pattern:
         options["subscribePattern"] = pipeline.source_pattern
@@ -69,7 +69,7 @@ def source_options(pipeline: Pipeline) -> dict[str, str]:
 
 def sink_options(pipeline: Pipeline) -> dict[str, str]:
     return {
-        **kafka_options(),
+        **kafka_options(pipeline),
         **exactly_once(
             settings.FJORD_BOOTSTRAP,
             pipeline.sink_topic,
@@ -162,11 +162,12 @@ class PipelineProcess:
         try:
             self.stream()
         except Exception as e:  # Spark's errors arrive as many types; each ends the run
-            status, error = PipelineRun.Status.FAILED, str(e)[:10_000]
+            # Spark's message may quote the options, the pipeline's JAAS config among them.
+            status, error = PipelineRun.Status.FAILED, redact(str(e))[:10_000]
         try:
             settle_transactions(self.pipeline)
         except Exception as e:  # the next run settles them: said, not fatal
-            error = f"{error}\nopen transactions left for the next run: {e}".strip()
+            error = f"{error}\nopen transactions left for the next run: {redact(str(e))}".strip()
         # Unless the run was failed meanwhile (check_runs), whose verdict stands.
         PipelineRun.objects.filter(pk=run.pk, status__in=PipelineRun.ACTIVE).update(
             status=status, last_error=error, stopped_at=timezone.now()

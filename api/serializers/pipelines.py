@@ -4,7 +4,10 @@ from typing import Any
 
 from rest_framework import serializers
 
+from broker.redaction import MASK, has_credentials
+from pipelines.allowed_options import check_pipeline_options
 from pipelines.models import Pipeline, PipelineRun
+from pipelines.principal import literal_prefix
 from pipelines.spark.options import OptionError, source_options
 from pipelines.sql import TransformationError, check_transformation
 
@@ -69,12 +72,35 @@ class PipelineSerializer(serializers.ModelSerializer):
             raise serializers.ValidationError("a list of topic names")
         return value
 
+    def validate_source_pattern(self, value: str) -> str:
+        if value and not literal_prefix(value):
+            raise serializers.ValidationError(
+                "must begin with literal characters (such as 'orders-' in 'orders-.*'): the "
+                "pipeline's principal may read the topics starting with them, as Kafka's ACLs "
+                "are literal or prefixed, not regular expressions"
+            )
+        return value
+
     def validate_options(self, value: Any) -> dict[str, str]:
         if not isinstance(value, dict) or not all(
             isinstance(v, str | int | bool) for v in value.values()
         ):
             raise serializers.ValidationError("an object of option names and values")
+        try:
+            check_pipeline_options(value)
+        except OptionError as e:
+            raise serializers.ValidationError(str(e)) from None
         return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
+
+    def to_representation(self, pipeline: Pipeline) -> dict[str, Any]:
+        """No option can hold a secret since options are allowlisted; one saved before that
+        (or behind the API's back) that looks like one is masked, for every reader."""
+        data = super().to_representation(pipeline)
+        data["options"] = {
+            key: MASK if has_credentials(f"{key}={value}") else value
+            for key, value in data["options"].items()
+        }
+        return data
 
     def validate(self, data: dict[str, Any]) -> dict[str, Any]:
         merged = {

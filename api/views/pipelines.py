@@ -25,13 +25,13 @@ class PipelineViewSet(viewsets.ModelViewSet):
     serializer_class = PipelineSerializer
 
     def perform_create(self, serializer: PipelineSerializer) -> None:
-        pipeline = serializer.save(created_by=self.request.user)
+        pipeline = lifecycle.define(serializer, created_by=self.request.user)
         audit.note(self.request, resource=f"pipeline/{pipeline.name}")
 
     def perform_update(self, serializer: PipelineSerializer) -> None:
         if lifecycle.active_run(serializer.instance) is not None:
             raise ValidationError({"status": "stop the pipeline before changing it"})
-        serializer.save()
+        lifecycle.define(serializer)
         audit.note(self.request, resource=f"pipeline/{serializer.instance.name}")
 
     def perform_destroy(self, instance: Pipeline) -> None:
@@ -39,12 +39,13 @@ class PipelineViewSet(viewsets.ModelViewSet):
             raise ValidationError({"status": "stop the pipeline before deleting it"})
         audit.note(self.request, resource=f"pipeline/{instance.name}")
         if instance.runs.exists():
-            # Nothing of it may stay prepared: no run would ever settle it after this.
+            # Nothing of it may stay prepared: no run would ever settle it after this. Its
+            # principal settles them, so it goes after.
             try:
                 settle_transactions(instance)
             except (OSError, KafkaAdminError) as e:
                 raise BrokerUnavailable(f"could not settle the pipeline's transactions: {e}") from e
-        instance.delete()
+        lifecycle.remove(instance)
 
     def _state_change(
         self, request: Request, change: Callable[[Pipeline], PipelineRun]

@@ -8,10 +8,12 @@ from __future__ import annotations
 import os
 import signal
 import time
+from datetime import timedelta
 
 import pytest
 from confluent_kafka import Consumer as ConfluentConsumer
 from confluent_kafka import Producer as ConfluentProducer
+from django.utils import timezone
 from jobs_support import make_topic
 
 from api.models import AuditEntry
@@ -61,7 +63,7 @@ def test_operators_define_pipelines_and_viewers_read_them(operator_api, viewer_a
         ({"source_pattern": "in.*"}, "source_topics", "not both"),
         ({"source_topics": []}, "source_topics", "not both"),
         ({"starting_offsets": "{oops"}, "starting_offsets", "invalid JSON"),
-        ({"options": {"colour": "blue"}}, "options", "option 'colour': unknown option"),
+        ({"options": {"colour": "blue"}}, "options", "option 'colour': not an option a pipeline"),
         ({"options": {"maxOffsetsPerTrigger": "-3"}}, "options", "must be positive"),
         ({"sink_topic": "no spaces"}, "sink_topic", "letters, digits"),
         ({"trigger_interval_ms": 5}, "trigger_interval_ms", "100"),
@@ -79,6 +81,116 @@ def test_bad_definitions_are_refused_naming_the_field(operator_api, unique, fiel
     response = operator_api.post("/api/v1/pipelines/", definition(unique, **fields), format="json")
     assert response.status_code == 400
     assert message in str(response.data[field])
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "option",
+    [
+        # Where it connects, and with what security and credentials: the control plane's.
+        "kafka.bootstrap.servers",
+        "KAFKA.BOOTSTRAP.SERVERS",
+        "kafka.security.protocol",
+        "kafka.sasl.mechanism",
+        "kafka.sasl.jaas.config",
+        "kafka.ssl.ca.location",
+        "kafka.client.id",
+        # What it reads: the definition's.
+        "subscribe",
+        "subscribePattern",
+        "assign",
+        "startingOffsets",
+        "kafka.isolation.level",
+    ],
+)
+def test_options_naming_a_destination_or_credentials_are_refused(operator_api, unique, option):
+    given = {"maxOffsetsPerTrigger": "100", option: "elsewhere.example:9092"}
+    response = operator_api.post(
+        "/api/v1/pipelines/", definition(unique, options=given), format="json"
+    )
+    assert response.status_code == 400, response.data
+    assert f"option '{option}'" in str(response.data["options"])
+    assert not Pipeline.objects.exists()
+
+
+@pytest.mark.django_db
+def test_options_that_shape_the_read_are_kept(operator_api, unique):
+    given = {"maxOffsetsPerTrigger": 100, "failOnDataLoss": False, "kafka.fetch.max.bytes": "1024"}
+    response = operator_api.post(
+        "/api/v1/pipelines/", definition(unique, options=given), format="json"
+    )
+    assert response.status_code == 201, response.data
+    assert response.data["options"] == {
+        "maxOffsetsPerTrigger": "100",
+        "failOnDataLoss": "false",
+        "kafka.fetch.max.bytes": "1024",
+    }
+
+
+@pytest.mark.django_db
+def test_a_topic_column_is_refused(operator_api, unique):
+    """A pipeline writes only to its sink topic: a `topic` column would name another."""
+    sql = "SELECT value, 'elsewhere' AS topic FROM source"
+    response = operator_api.post(
+        "/api/v1/pipelines/", definition(unique, transformation=sql), format="json"
+    )
+    assert response.status_code == 400
+    assert "'topic' column is refused" in str(response.data["transformation"])
+
+
+@pytest.mark.django_db
+def test_a_source_pattern_needs_a_literal_prefix(operator_api, unique):
+    """Its principal's READ is PREFIXED on the pattern's literal prefix."""
+    for pattern in (".*", "(?i)orders.*", "orders|payments"):
+        response = operator_api.post(
+            "/api/v1/pipelines/",
+            definition(unique, source_topics=[], source_pattern=pattern),
+            format="json",
+        )
+        assert response.status_code == 400, pattern
+        assert "literal characters" in str(response.data["source_pattern"])
+    response = operator_api.post(
+        "/api/v1/pipelines/",
+        definition(unique, source_topics=[], source_pattern=r"orders\.(eu|us)-.*"),
+        format="json",
+    )
+    assert response.status_code == 201, response.data
+
+
+@pytest.mark.django_db
+def test_viewers_never_see_a_secret_in_options_or_errors(
+    settings, tmp_path, operator, viewer_api, viewer_browser
+):
+    """Saved before options were allowlisted (or behind the API's back), a credential in the
+    options is masked; a run's error is scrubbed when recorded."""
+    pipeline = Pipeline.objects.create(
+        name="old",
+        source_topics=["in"],
+        sink_topic="out",
+        options={
+            "kafka.sasl.jaas.config": 'username="fjord" password="hunter2-options"',
+            "maxOffsetsPerTrigger": "10",
+        },
+        created_by=operator,
+    )
+    settings.FJORD_PIPELINES_DIR = tmp_path
+    run = PipelineRun.objects.create(pipeline=pipeline, pid=2**22 + 1, host="elsewhere")
+    PipelineRun.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(days=1))
+    log = lifecycle.log_path(run)
+    os.makedirs(os.path.dirname(log), exist_ok=True)
+    with open(log, "w") as f:
+        f.write('connecting with sasl.jaas.config=username="fjord" password="hunter2-log";\n')
+        f.write("database postgres://fjord:hunter2-url@db:5432/fjord unreachable\n")
+
+    assert [r.pk for r in lifecycle.check_runs()] == [run.pk]
+
+    shown = viewer_api.get(f"/api/v1/pipelines/{pipeline.pk}/").content.decode()
+    runs = viewer_api.get(f"/api/v1/pipelines/{pipeline.pk}/runs/").content.decode()
+    page = viewer_browser.get(f"/pipelines/{pipeline.pk}/").content.decode()
+    for answer in (shown, runs, page):
+        assert "hunter2" not in answer
+    assert "postgres://fjord:****@db:5432/fjord unreachable" in runs
+    assert '"maxOffsetsPerTrigger":"10"' in shown
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -10,9 +11,11 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from api import audit
+from api.kafka import BrokerUnavailable
 from api.permissions import OPERATOR
 from api.serializers.pipelines import PipelineSerializer
-from pipelines import lifecycle
+from broker.client import KafkaAdminError
+from pipelines import lifecycle, principal
 from pipelines.models import Pipeline
 from webui.views.base import require_role_to_post, role_required
 
@@ -46,16 +49,39 @@ def pipeline_create(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         serializer = PipelineSerializer(data=_form_data(request))
         if serializer.is_valid():
-            pipeline = serializer.save(created_by=request.user)
-            audit.note(request, resource=f"pipeline/{pipeline.name}")
-            return redirect("webui:pipeline-detail", pk=pipeline.pk)
-        errors = serializer.errors
+            try:
+                pipeline = lifecycle.define(serializer, created_by=request.user)
+            except (BrokerUnavailable, KafkaAdminError) as e:
+                errors = {"principal": [f"could not make the pipeline's principal: {e}"]}
+            else:
+                audit.note(request, resource=f"pipeline/{pipeline.name}")
+                return redirect("webui:pipeline-detail", pk=pipeline.pk)
+        else:
+            errors = serializer.errors
     return render(
         request,
         "webui/pipelines/create.html",
         {"errors": errors, "values": values},
         status=400 if errors else 200,
     )
+
+
+def _principal(pipeline: Pipeline) -> dict:
+    """Who the pipeline runs as, and the ACLs the broker holds for it (or why none show)."""
+    if not principal.authenticated():
+        return {"name": None}
+    shown = {"name": principal.principal(pipeline), "acls": [], "error": ""}
+    try:
+        shown["acls"] = principal.acls(pipeline)
+    except KafkaAdminError as e:
+        shown["error"] = (
+            "The broker has no authorizer: its principals, this one too, may do everything."
+            if e.name == "SECURITY_DISABLED"
+            else str(e)
+        )
+    except BrokerUnavailable as e:
+        shown["error"] = str(e)
+    return shown
 
 
 @role_required()
@@ -67,6 +93,8 @@ def pipeline_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "webui/pipelines/detail.html",
         {
             "pipeline": pipeline,
+            "principal": _principal(pipeline),
+            "security_protocol": settings.FJORD_SECURITY_PROTOCOL,
             "run": runs[0] if runs else None,
             "runs": runs,
             "active": lifecycle.active_run(pipeline) is not None,
