@@ -30,7 +30,9 @@ def transformation_columns(spark, sql: str, include_headers: bool) -> list[str]:
     ).createOrReplaceTempView("source")
     schema = checked_query(spark, sql).schema
     try:
-        check_schema(schema, SinkOptions(None, "sink", False, None))  # type: ignore[arg-type]
+        # A pipeline writes only to its sink topic: a `topic` column is refused.
+        sink = SinkOptions(None, "sink", False, None, pinned_topic=True)  # type: ignore[arg-type]
+        check_schema(schema, sink)
     except ValueError as e:
         raise TransformationError(str(e)) from None
     return [field.name for field in schema.fields]
