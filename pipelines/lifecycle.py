@@ -53,8 +53,12 @@ def active_run(pipeline: Pipeline) -> PipelineRun | None:
 
 
 def start(pipeline: Pipeline) -> PipelineRun:
+    """Raises PipelineStateError, or KafkaAdminError / BrokerUnavailable when the pipeline's
+    principal cannot be brought in step: each run starts with exactly the ACLs its definition
+    needs (a pipeline defined before pipelines had principals gets its own here)."""
     from pipelines.tasks import spawn_pipeline_run
 
+    principal.sync(pipeline)
     with transaction.atomic():
         Pipeline.objects.select_for_update().get(pk=pipeline.pk)
         if active_run(pipeline) is not None:

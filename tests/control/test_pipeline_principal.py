@@ -153,6 +153,24 @@ def read_refusal(broker, pipeline: Pipeline, topic: str) -> str:
     return refused.value.name
 
 
+def literal_source_acls(pipeline: Pipeline, source: str, sink: str) -> set[tuple]:
+    prefix = pipeline.transactional_id_prefix
+    return {
+        ("TOPIC", "LITERAL", source, "READ"),
+        ("TOPIC", "LITERAL", source, "DESCRIBE"),
+        ("TOPIC", "LITERAL", sink, "WRITE"),
+        ("TOPIC", "LITERAL", sink, "DESCRIBE"),
+        *(
+            ("TOPIC", "LITERAL", f"_fjord_sink_{prefix}", op)
+            for op in ("CREATE", "READ", "WRITE", "DESCRIBE")
+        ),
+        *(
+            ("TRANSACTIONAL_ID", "PREFIXED", f"{prefix}-", op)
+            for op in ("WRITE", "DESCRIBE", "TWO_PHASE_COMMIT")
+        ),
+    }
+
+
 @pytest.mark.django_db
 def test_a_pipeline_gets_a_principal_with_exactly_its_acls(secured, operator_api, unique):
     source, sink, other = unique("src"), unique("sink"), unique("other")
@@ -169,20 +187,7 @@ def test_a_pipeline_gets_a_principal_with_exactly_its_acls(secured, operator_api
     pipeline = Pipeline.objects.get(pk=created.data["id"])
     prefix = pipeline.transactional_id_prefix
     assert principal.user(pipeline) in scram_users(secured.bootstrap)
-    assert held_acls(secured.bootstrap, pipeline) == {
-        ("TOPIC", "LITERAL", source, "READ"),
-        ("TOPIC", "LITERAL", source, "DESCRIBE"),
-        ("TOPIC", "LITERAL", sink, "WRITE"),
-        ("TOPIC", "LITERAL", sink, "DESCRIBE"),
-        *(
-            ("TOPIC", "LITERAL", f"_fjord_sink_{prefix}", op)
-            for op in ("CREATE", "READ", "WRITE", "DESCRIBE")
-        ),
-        *(
-            ("TRANSACTIONAL_ID", "PREFIXED", f"{prefix}-", op)
-            for op in ("WRITE", "DESCRIBE", "TWO_PHASE_COMMIT")
-        ),
-    }
+    assert held_acls(secured.bootstrap, pipeline) == literal_source_acls(pipeline, source, sink)
 
     # Its credentials reach its topics, and nothing else.
     own = as_pipeline(secured, pipeline)
@@ -208,6 +213,29 @@ def test_a_pipeline_gets_a_principal_with_exactly_its_acls(secured, operator_api
     assert operator_api.delete(f"/api/v1/pipelines/{pipeline.pk}/").status_code == 204
     assert held_acls(secured.bootstrap, pipeline) == set()
     assert principal.user(pipeline) not in scram_users(secured.bootstrap)
+
+
+@pytest.mark.django_db
+def test_a_start_brings_the_principal_in_step(secured, operator_api, unique):
+    """A pipeline defined before pipelines had principals, or whose user and ACLs went, gets
+    exactly its own again when it starts."""
+    source, sink = unique("src"), unique("sink")
+    created = operator_api.post(
+        "/api/v1/pipelines/",
+        definition(unique, source_topics=[source], sink_topic=sink),
+        format="json",
+    )
+    assert created.status_code == 201, created.data
+    pipeline = Pipeline.objects.get(pk=created.data["id"])
+    principal.remove(pipeline)
+    assert held_acls(secured.bootstrap, pipeline) == set()
+    assert principal.user(pipeline) not in scram_users(secured.bootstrap)
+
+    started = operator_api.post(f"/api/v1/pipelines/{pipeline.pk}/start/")
+    assert started.status_code == 202, started.data
+    assert principal.user(pipeline) in scram_users(secured.bootstrap)
+    assert held_acls(secured.bootstrap, pipeline) == literal_source_acls(pipeline, source, sink)
+    principal.remove(pipeline)
 
 
 @pytest.mark.django_db

@@ -120,7 +120,7 @@ def pipeline_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     change = {"start": lifecycle.start, "stop": lifecycle.stop}[action]
     try:
         change(pipeline)
-    except lifecycle.PipelineStateError as e:
+    except (lifecycle.PipelineStateError, BrokerUnavailable, KafkaAdminError) as e:
         detail = reverse("webui:pipeline-detail", args=[pipeline.pk])
         return redirect(f"{detail}?{urlencode({'error': str(e)})}")
     return redirect("webui:pipeline-detail", pk=pipeline.pk)
