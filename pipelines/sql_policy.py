@@ -33,7 +33,8 @@ class PlanNode:
 
     `name` is the relation's, the function's or the column's multi-part name where the node has
     one, `options` a relation's option keys; `ctes` are the names a WITH defines (its
-    `definitions` are their plans, `children` its body)."""
+    `definitions` are their plans, `children` its body), `recursive` whether it is a WITH
+    RECURSIVE."""
 
     kind: str  # "plan" or "expression"
     node: str
@@ -42,6 +43,7 @@ class PlanNode:
     ctes: tuple[str, ...] = ()
     definitions: tuple[PlanNode, ...] = ()
     children: tuple[PlanNode, ...] = field(default=())
+    recursive: bool = False
 
 
 # What the parser makes of a SELECT (Spark 4's pipe syntax included), and nothing else.
@@ -93,6 +95,8 @@ UNRESOLVED_EXPRESSIONS = frozenset(
     }
 )
 FUNCTION_NODES = frozenset({"UnresolvedFunction", "UnresolvedGenerator"})
+# Plan nodes whose expressions Spark evaluates during analysis.
+LIMITS = frozenset({"GlobalLimit", "LocalLimit", "Offset"})
 
 # Built-in functions that reach outside the query.
 REFUSED_FUNCTIONS = {
@@ -107,6 +111,9 @@ REFUSED_FUNCTIONS = {
     "input_file_block_length": "reads file metadata",
     "from_protobuf": "reads a descriptor file",
     "to_protobuf": "reads a descriptor file",
+    "from_avro": "reads a schema from a URL (avroSchemaUrl)",
+    "to_avro": "reads a schema from a URL (avroSchemaUrl)",
+    "schema_of_avro": "reads a schema from a URL (avroSchemaUrl)",
     "from_xml": "parses XML, whose entities can name files",
     "schema_of_xml": "parses XML, whose entities can name files",
     "xpath": "parses XML, whose entities can name files",
@@ -136,9 +143,11 @@ def _check(node: PlanNode, ctes: frozenset[str], builtins: frozenset[str]) -> No
     else:
         _check_expression(node, builtins)
     if node.node == "UnresolvedWith":
-        # A definition sees the ones before it (and itself, as WITH RECURSIVE); the body all.
+        # A definition sees the ones before it, and itself only in a WITH RECURSIVE: otherwise
+        # its own name inside it is a relation of the catalog. The body sees them all.
         for i, definition in enumerate(node.definitions):
-            _check(definition, ctes | {n.lower() for n in node.ctes[: i + 1]}, builtins)
+            seen = node.ctes[: i + 1] if node.recursive else node.ctes[:i]
+            _check(definition, ctes | {n.lower() for n in seen}, builtins)
         ctes = ctes | {n.lower() for n in node.ctes}
     for child in node.children:
         _check(child, ctes, builtins)
@@ -147,6 +156,11 @@ def _check(node: PlanNode, ctes: frozenset[str], builtins: frozenset[str]) -> No
 def _check_plan_node(node: PlanNode, ctes: frozenset[str]) -> None:
     if node.node not in QUERY_NODES:
         raise TransformationError(f"only a query over `source` is allowed, not {_what(node.node)}")
+    if node.node in LIMITS and any(
+        child.kind == "expression" and child.node != "Literal" for child in node.children
+    ):
+        # Spark evaluates these while it analyses the statement: only a number is taken.
+        raise TransformationError(f"{_what(node.node)} takes a number, not an expression")
     if node.node == "UnresolvedRelation":
         parts = [p.lower() for p in node.name]
         if len(parts) != 1 or (parts[0] != "source" and parts[0] not in ctes):
@@ -162,6 +176,9 @@ def _check_expression(node: PlanNode, builtins: frozenset[str]) -> None:
         raise TransformationError(f"{_what(node.node)} is not allowed in a transformation")
     if node.node == "ExpressionWithUnresolvedIdentifier":
         raise TransformationError("IDENTIFIER(...) is not allowed in a transformation")
+    if node.node == "UnresolvedGenerator" and len(node.name) > 1:
+        # After LATERAL VIEW a qualified name is a function stored in the catalog, not Spark's.
+        raise TransformationError(f"function `{'.'.join(node.name)}`: name a built-in unqualified")
     if node.node in FUNCTION_NODES:
         _check_function(node.name, builtins)
     elif node.node == "UnresolvedAttribute" and len(node.name) == 1:

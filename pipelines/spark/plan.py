@@ -10,20 +10,34 @@ import functools
 from typing import Any
 
 from py4j.java_gateway import JavaObject
+from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.sql_policy import PlanNode, TransformationError, check_plan
 
+# Bounds on what one check walks (each node costs a few py4j calls): a pipeline's query is far
+# smaller, and a statement built to be costly is refused instead of holding the checker.
+MAX_STATEMENT_CHARS = 20_000
+MAX_NODES = 5_000
+MAX_DEPTH = 200
+
 
 def parsed_plan(spark: SparkSession, sql: str) -> PlanNode:
     """The statement's unresolved plan; TransformationError when it does not parse."""
+    if len(sql) > MAX_STATEMENT_CHARS:
+        raise TransformationError(f"a transformation is at most {MAX_STATEMENT_CHARS} characters")
     parser = spark._jsparkSession.sessionState().sqlParser()
     try:
         plan = parser.parsePlan(sql)
     except Exception as e:  # py4j's error, carrying Spark's ParseException
         raise TransformationError(first_line(_java_message(e))) from None
-    return _PlanReader(spark).read(plan)
+    try:
+        return _PlanReader(spark).read(plan)
+    except Py4JError as e:  # a node of a shape the reader does not know: not checked, refused
+        raise TransformationError(
+            f"the statement could not be checked: {first_line(str(e))}"
+        ) from None
 
 
 def checked_query(spark: SparkSession, sql: str) -> DataFrame:
@@ -32,6 +46,8 @@ def checked_query(spark: SparkSession, sql: str) -> DataFrame:
     # Spark replaces `${env:NAME}`, `${system:name}` and `${conf}` in a statement's text before
     # parsing it: a transformation's text is taken as written.
     spark.conf.set("spark.sql.variable.substitute", "false")
+    # Nor does its parser evaluate VALUES rows, which would run expressions before any check.
+    spark.conf.set("spark.sql.parser.eagerEvalOfUnresolvedInlineTable", "false")
     check_plan(parsed_plan(spark, sql), builtin_functions(spark))
     try:
         return spark.sql(sql)
@@ -62,11 +78,18 @@ class _PlanReader:
         self.option = java_class("scala.Option")
         self.iterable = java_class("scala.collection.Iterable")
         self.product = java_class("scala.Product")
+        self.nodes = 0
 
-    def read(self, node: Any) -> PlanNode:
+    def read(self, node: Any, depth: int = 0) -> PlanNode:
+        self.nodes += 1
+        if self.nodes > MAX_NODES or depth > MAX_DEPTH:
+            raise TransformationError(
+                f"the statement is too large to check (at most {MAX_NODES} parts, "
+                f"nested at most {MAX_DEPTH} deep)"
+            )
         kind = _class_name(node)
         if self.logical_plan.isInstance(node):
-            return self._plan(node, kind)
+            return self._plan(node, kind, depth)
         name: tuple[str, ...] = ()
         if kind in ("UnresolvedFunction", "UnresolvedAttribute"):
             name = tuple(_items(node.nameParts()))
@@ -74,10 +97,10 @@ class _PlanReader:
             identifier = node.name()
             database = identifier.database()
             name = (*((database.get(),) if database.isDefined() else ()), identifier.funcName())
-        children = tuple(self.read(part) for part in self._parts(node))
+        children = tuple(self.read(part, depth + 1) for part in self._parts(node))
         return PlanNode("expression", kind, name, children=children)
 
-    def _plan(self, node: Any, kind: str) -> PlanNode:
+    def _plan(self, node: Any, kind: str, depth: int) -> PlanNode:
         if kind == "UnresolvedWith":
             # Its definitions apart from its body: each sees only the names before it.
             relations = [(pair._1(), pair._2()) for pair in _items(node.cteRelations())]
@@ -85,15 +108,16 @@ class _PlanReader:
                 "plan",
                 kind,
                 ctes=tuple(str(alias) for alias, _ in relations),
-                definitions=tuple(self.read(plan) for _, plan in relations),
-                children=(self.read(node.child()),),
+                definitions=tuple(self.read(plan, depth + 1) for _, plan in relations),
+                children=(self.read(node.child(), depth + 1),),
+                recursive=bool(node.allowRecursion()),
             )
         name: tuple[str, ...] = ()
         options: tuple[str, ...] = ()
         if kind == "UnresolvedRelation":
             name = tuple(_items(node.multipartIdentifier()))
             options = tuple(str(key) for key in _items(node.options().keySet()))
-        children = tuple(self.read(part) for part in self._parts(node))
+        children = tuple(self.read(part, depth + 1) for part in self._parts(node))
         return PlanNode("plan", kind, name, options, children=children)
 
     def _parts(self, node: Any) -> list[Any]:

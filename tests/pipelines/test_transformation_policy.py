@@ -161,7 +161,27 @@ def test_queries_over_source_pass(statement, columns):
         ("SELECT * FROM read_files('/etc')", "table valued function"),
         ("SELECT id AS value FROM range(10)", "table valued function"),
         ("SELECT * FROM IDENTIFIER('te' || 'xt.`/etc`')", "unresolved identifier"),
-        ("VALUES ('a')", "only a query over `source`"),
+        # A CTE's own name inside it is the catalog's relation, unless WITH RECURSIVE.
+        (
+            "WITH secret AS (SELECT key, value FROM secret) SELECT key, value FROM secret",
+            "reads `secret`",
+        ),
+        (
+            "SELECT key, x AS value FROM source LATERAL VIEW builtin.explode(array(value)) t AS x",
+            "name a built-in unqualified",
+        ),
+        ("SELECT from_avro(value, '{}') AS value FROM source", "`from_avro`"),
+        # What Spark evaluates while it analyses.
+        (
+            "SELECT key, value FROM source LIMIT CAST(regexp_like('aa', 'a+') AS INT)",
+            "global limit takes a number",
+        ),
+        # Built to be costly.
+        (
+            "SELECT key, value FROM source WHERE partition > " + "+".join(["1"] * 600),
+            "too large to check",
+        ),
+        ("SELECT key, value FROM source -- " + "x" * 20_000, "at most 20000 characters"),
         # Commands.
         ("SET spark.sql.ansi.enabled=false", "set command"),
         ("CACHE TABLE c AS SELECT key, value FROM source", "cache table"),
