@@ -177,7 +177,7 @@ class PipelineProcess:
     def stream(self) -> None:
         from pipelines.spark.plan import checked_query
         from pipelines.spark.session import spark_session
-        from pipelines.spark.streams import read_stream, write_stream
+        from pipelines.spark.streams import output_mode, read_stream, write_stream
 
         pipeline, run = self.pipeline, self.run
         pipeline_dir(pipeline).mkdir(parents=True, exist_ok=True)
@@ -186,6 +186,7 @@ class PipelineProcess:
         # Checked again here: the definition may have changed behind the API's back.
         transformed = checked_query(spark, pipeline.transformation)
         writer = write_stream(transformed, sink_options(pipeline))
+        writer = writer.outputMode(output_mode(transformed))
         query = writer.trigger(processingTime=f"{pipeline.trigger_interval_ms} milliseconds")
         query = query.queryName(pipeline.name).start()
         PipelineRun.objects.filter(pk=run.pk, status=PipelineRun.Status.STARTING).update(
