@@ -4,11 +4,14 @@ write through the check; now each is refused with its reason, and nothing of it 
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
 from django.conf import settings
 
+from pipelines import sql
 from pipelines.models import Pipeline, PipelineRun
 
 pytestmark = pytest.mark.timeout(300)
@@ -131,3 +134,34 @@ def test_the_run_checks_the_definition_again(worker_settings, operator_api, uniq
     assert run.status == PipelineRun.Status.FAILED, (run.status, run.last_error)
     assert "`reflect` calls Java methods" in run.last_error
     assert run.batches == 0
+
+
+@pytest.mark.django_db
+def test_a_checker_that_does_not_answer_decides_nothing(
+    admin_browser, operator_api, monkeypatch, unique
+):
+    """REST answers 503 and the console keeps the form, saying so; the next check starts a new
+    checker."""
+    assert sql.check_transformation("SELECT key, value FROM source") == ["key", "value"]
+    monkeypatch.setattr(sql, "CHECK_TIMEOUT_S", 0.5)
+    os.kill(sql._checker.pid, signal.SIGSTOP)
+    response = operator_api.post(
+        "/api/v1/pipelines/", definition(unique, "SELECT key, value FROM source"), format="json"
+    )
+    assert response.status_code == 503, response.data
+    assert "did not answer" in response.data["detail"]
+
+    sql.check_transformation("SELECT key, value FROM source")  # a checker of its own, warm
+    os.kill(sql._checker.pid, signal.SIGSTOP)
+    page = admin_browser.post(
+        "/pipelines/new/",
+        {
+            "name": unique("form"),
+            "source_topics": "in",
+            "sink_topic": "out",
+            "transformation": "SELECT key, value FROM source",
+        },
+    )
+    assert page.status_code == 400
+    assert "did not answer" in page.content.decode()
+    assert not Pipeline.objects.exists()

@@ -17,6 +17,7 @@ from api.serializers.pipelines import PipelineSerializer
 from broker.client import KafkaAdminError
 from pipelines import lifecycle, principal
 from pipelines.models import Pipeline
+from pipelines.sql import CheckerUnavailable
 from webui.views.base import require_role_to_post, role_required
 
 
@@ -48,7 +49,11 @@ def pipeline_create(request: HttpRequest) -> HttpResponse:
     values = request.POST if request.method == "POST" else {}
     if request.method == "POST":
         serializer = PipelineSerializer(data=_form_data(request))
-        if serializer.is_valid():
+        try:
+            valid = serializer.is_valid()
+        except CheckerUnavailable as e:  # nothing was decided: the form stays as written
+            valid, errors = False, {"transformation": [str(e)]}
+        if valid:
             try:
                 pipeline = lifecycle.define(serializer, created_by=request.user)
             except (BrokerUnavailable, KafkaAdminError) as e:
@@ -56,7 +61,7 @@ def pipeline_create(request: HttpRequest) -> HttpResponse:
             else:
                 audit.note(request, resource=f"pipeline/{pipeline.name}")
                 return redirect("webui:pipeline-detail", pk=pipeline.pk)
-        else:
+        elif not errors:
             errors = serializer.errors
     return render(
         request,
