@@ -7,8 +7,9 @@ web server, a Celery worker and beat (over Redis when REDIS_URL is set, over fil
 otherwise), after making sure a first admin can log in. It runs the control plane in
 development mode (DJANGO_DEBUG=1) unless the environment sets DJANGO_DEBUG. Each child's output is
 forwarded line by line under its name. SIGINT and SIGTERM are forwarded to the children; a
-second one kills them. If a child exits on its own the others are stopped and the launcher
-exits 1.
+second one kills them. A child that exits on its own is restarted, after 1 s, 2 s, 4 s ... (at
+most 30 s) while the others keep running; a sixth exit within 60 s stops them all and the
+launcher exits 1.
 
 With --brokers N (N > 1) it starts a local cluster instead of the one broker: brokers 1..N
 sharing DATABASE_URL, which must then be PostgreSQL, as their metadata store; the first where
@@ -55,11 +56,31 @@ class Child:
 
 
 class Supervisor:
-    def __init__(self, children: Sequence[Child], out: TextIO = sys.stdout) -> None:
-        self.children = list(children)
+    """Runs the children in the foreground. A child that exits without being asked to is
+    restarted after a backoff that doubles with each restart in the window (supervisord's
+    autorestart, systemd's Restart=); past restart_limit restarts in restart_window seconds it
+    is given up on and everything stops."""
+
+    def __init__(
+        self,
+        children: Sequence[Child],
+        out: TextIO = sys.stdout,
+        restart_limit: int = 5,
+        restart_window: float = 60.0,
+        first_backoff: float = 1.0,
+        max_backoff: float = 30.0,
+    ) -> None:
+        self.children = {child.name: child for child in children}
         self.out = out
+        self.restart_limit = restart_limit
+        self.restart_window = restart_window
+        self.first_backoff = first_backoff
+        self.max_backoff = max_backoff
         self.out_lock = threading.Lock()
         self.procs: dict[str, subprocess.Popen[str]] = {}
+        self.readers: list[threading.Thread] = []
+        # When each child exited on its own, within the restart window.
+        self.exits: dict[str, list[float]] = {name: [] for name in self.children}
         # Child exits and received signals, in order. SimpleQueue.put is reentrant, so the
         # signal handler may use it while the main thread waits in get().
         self.events: queue.SimpleQueue[tuple[str, str | int]] = queue.SimpleQueue()
@@ -73,63 +94,100 @@ class Supervisor:
         """Start every child and supervise them until all have exited; return the exit code."""
         signals = (signal.SIGINT, signal.SIGTERM)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in signals}
-        readers = []
         failed = False
         try:
-            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-            for child in self.children:
-                # Own process group: a Ctrl-C in the terminal reaches only the launcher, which
-                # forwards it once (Celery treats a second SIGINT as a cold shutdown).
-                proc = subprocess.Popen(
-                    child.argv,
-                    cwd=settings.BASE_DIR,
-                    env={**env, **child.env},
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                    bufsize=1,
-                    process_group=0,
-                )
-                self.procs[child.name] = proc
-                reader = threading.Thread(target=self._forward, args=(child, proc), daemon=True)
-                reader.start()
-                readers.append(reader)
-                threading.Thread(target=self._wait, args=(child, proc), daemon=True).start()
-
+            for child in self.children.values():
+                self._start(child)
             running = set(self.procs)
-            stop_deadline: float | None = None
-            while running:
-                timeout = None
-                if stop_deadline is not None:
-                    timeout = max(0.0, stop_deadline - time.monotonic())
+            # Children waiting out their backoff: when each is due to start again.
+            restarts: dict[str, float] = {}
+            stopping = False
+            # While stopping, when to kill what has not exited yet.
+            kill_at: float | None = None
+            while running or restarts:
+                # The queue's timeout is the only wait, so signals are handled during a backoff.
+                due = [*restarts.values(), *([kill_at] if kill_at is not None else [])]
+                timeout = max(0.0, min(due) - time.monotonic()) if due else None
                 try:
                     kind, what = self.events.get(timeout=timeout)
                 except queue.Empty:
-                    self.say(f"fjord: still running after {STOP_GRACE_SECONDS:.0f}s, killing")
-                    self._kill()
+                    now = time.monotonic()
+                    if kill_at is not None and kill_at <= now:
+                        self.say(f"fjord: still running after {STOP_GRACE_SECONDS:.0f}s, killing")
+                        self._kill()
+                        kill_at = None
+                    for name in [name for name, when in restarts.items() if when <= now]:
+                        del restarts[name]
+                        self._start(self.children[name])
+                        running.add(name)
                     continue
                 if kind == "signal":
-                    if stop_deadline is None:
-                        self.say(f"fjord: {signal.Signals(what).name} received, stopping")
-                        stop_deadline = self._stop(int(what))
-                    else:
+                    if stopping:
                         self._kill()
+                    else:
+                        self.say(f"fjord: {signal.Signals(what).name} received, stopping")
+                        stopping, kill_at = True, self._stop(int(what))
+                        restarts.clear()
                     continue
-                running.discard(str(what))
-                if stop_deadline is None:
-                    code = self.procs[str(what)].returncode
-                    self.say(f"fjord: {what} exited with status {code}, stopping the others")
+                name = str(what)
+                running.discard(name)
+                if stopping:
+                    continue
+                delay = self._restart_delay(name)
+                if delay is None:
                     failed = True
-                    stop_deadline = self._stop(signal.SIGTERM)
+                    stopping, kill_at = True, self._stop(signal.SIGTERM)
+                    restarts.clear()
+                else:
+                    restarts[name] = time.monotonic() + delay
         finally:
             self._kill()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        for reader in readers:
+        for reader in self.readers:
             # A grandchild that outlived its parent may hold the pipe open.
             reader.join(timeout=2)
         return 1 if failed else 0
+
+    def _restart_delay(self, name: str) -> float | None:
+        """Say that `name` exited; return the seconds until it restarts, None to give up."""
+        proc = self.procs[name]
+        # What the child left behind in its process group would hold its ports and pipe.
+        self._kill_group(proc)
+        now = time.monotonic()
+        exits = [t for t in self.exits[name] if now - t < self.restart_window] + [now]
+        self.exits[name] = exits
+        exited = f"fjord: {name} exited with status {proc.returncode}"
+        window = f"{self.restart_window:g} s"
+        if len(exits) > self.restart_limit:
+            self.say(f"{exited}, {len(exits)} times in {window}; stopping")
+            return None
+        delay = min(self.max_backoff, self.first_backoff * 2 ** (len(exits) - 1))
+        self.say(
+            f"{exited}; restarting in {delay:g} s "
+            f"(restart {len(exits)} of {self.restart_limit} in {window})"
+        )
+        return delay
+
+    def _start(self, child: Child) -> None:
+        # Own process group: a Ctrl-C in the terminal reaches only the launcher, which
+        # forwards it once (Celery treats a second SIGINT as a cold shutdown).
+        proc = subprocess.Popen(
+            child.argv,
+            cwd=settings.BASE_DIR,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **child.env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            process_group=0,
+        )
+        self.procs[child.name] = proc
+        reader = threading.Thread(target=self._forward, args=(child, proc), daemon=True)
+        reader.start()
+        self.readers.append(reader)
+        threading.Thread(target=self._wait, args=(child, proc), daemon=True).start()
 
     def _forward(self, child: Child, proc: subprocess.Popen[str]) -> None:
         assert proc.stdout is not None
@@ -159,10 +217,14 @@ class Supervisor:
     def _kill(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                self._kill_group(proc)
+
+    @staticmethod
+    def _kill_group(proc: subprocess.Popen[str]) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def broker_ready(line: str, name: str = "broker") -> str | None:

@@ -10,6 +10,8 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -42,7 +44,88 @@ WAITS_FOR_A_SIGNAL = textwrap.dedent(
 )
 
 
-def test_a_child_exiting_on_its_own_stops_the_others_and_fails():
+# Exits with status 7 the first time (leaving a mark in the file named by its argument), then
+# behaves as WAITS_FOR_A_SIGNAL.
+DIES_ONCE = (
+    textwrap.dedent(
+        """
+    import pathlib, sys
+    mark = pathlib.Path(sys.argv[1])
+    if not mark.exists():
+        mark.touch()
+        print("dying", flush=True)
+        sys.exit(7)
+    """
+    )
+    + WAITS_FOR_A_SIGNAL
+)
+
+
+class Launched:
+    """A Supervisor in a process of its own, so that it can be signalled; its output collected
+    line by line."""
+
+    def __init__(self, children: dict[str, list[str]], **supervisor: object) -> None:
+        script = (
+            "import sys\n"
+            "from control.launch import Child, Supervisor\n"
+            f"children = [Child(name, argv) for name, argv in {children!r}.items()]\n"
+            f"sys.exit(Supervisor(children, **{supervisor!r}).run())\n"
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", script],
+            cwd=REPO,
+            env={**os.environ, "DJANGO_SETTINGS_MODULE": "control.settings"},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_for(self, line: str, count: int = 1, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while self.lines.count(line) < count:
+            assert self.proc.poll() is None or self.reader.is_alive(), self.lines
+            assert time.monotonic() < deadline, f"no {line!r} (x{count}) in {self.lines}"
+            time.sleep(0.05)
+
+    def exit_code(self) -> int:
+        code = self.proc.wait(timeout=60)
+        self.reader.join(timeout=10)
+        return code
+
+
+def test_a_child_that_exits_on_its_own_is_restarted_while_the_others_keep_running(tmp_path):
+    launched = Launched(
+        {
+            "steady": [sys.executable, "-c", WAITS_FOR_A_SIGNAL],
+            "flaky": [sys.executable, "-c", DIES_ONCE, str(tmp_path / "died")],
+        },
+        first_backoff=0.1,
+    )
+    launched.wait_for("[steady] ready")
+    launched.wait_for(
+        "fjord: flaky exited with status 7; restarting in 0.1 s (restart 1 of 5 in 60 s)"
+    )
+    launched.wait_for("[flaky] ready")
+
+    launched.proc.send_signal(signal.SIGINT)
+
+    assert launched.exit_code() == 0
+    # The steady child was started once and stopped by the signal only.
+    assert launched.lines.count("[steady] ready") == 1
+    assert launched.lines.index("[steady] got 2") > launched.lines.index(
+        "fjord: SIGINT received, stopping"
+    )
+    assert launched.lines.count("[flaky] got 2") == 1
+
+
+def test_a_child_that_keeps_exiting_stops_the_others_and_fails():
     out = io.StringIO()
     supervisor = Supervisor(
         [
@@ -50,19 +133,51 @@ def test_a_child_exiting_on_its_own_stops_the_others_and_fails():
             Child("quitter", [sys.executable, "-c", "raise SystemExit(3)"]),
         ],
         out=out,
+        restart_limit=2,
+        restart_window=600,
+        first_backoff=0.01,
     )
 
     assert supervisor.run() == 1
 
     assert all(proc.returncode is not None for proc in supervisor.procs.values())
-    assert "fjord: quitter exited with status 3" in out.getvalue()
+    said = [line for line in out.getvalue().splitlines() if line.startswith("fjord: quitter")]
+    assert said == [
+        "fjord: quitter exited with status 3; restarting in 0.01 s (restart 1 of 2 in 600 s)",
+        "fjord: quitter exited with status 3; restarting in 0.02 s (restart 2 of 2 in 600 s)",
+        "fjord: quitter exited with status 3, 3 times in 600 s; stopping",
+    ]
+    assert "[waiter] got 15" in out.getvalue()
+
+
+def test_a_signal_during_a_backoff_stops_everything_without_restarting():
+    launched = Launched(
+        {
+            "waiter": [sys.executable, "-c", WAITS_FOR_A_SIGNAL],
+            "quitter": [sys.executable, "-c", "print('started'); raise SystemExit(3)"],
+        },
+        first_backoff=3600,
+        max_backoff=3600,
+    )
+    launched.wait_for("[waiter] ready")
+    launched.wait_for(
+        "fjord: quitter exited with status 3; restarting in 3600 s (restart 1 of 5 in 60 s)"
+    )
+
+    launched.proc.send_signal(signal.SIGINT)
+
+    assert launched.exit_code() == 0
+    assert launched.lines.count("[quitter] started") == 1
+    assert "[waiter] got 2" in launched.lines
 
 
 def test_a_childs_output_is_forwarded_without_credentials():
     """Celery, for one, prints what it logs with a formatter of its own."""
     out = io.StringIO()
     said = "task failed: cannot reach postgresql://fjord:child-pa55word@db:5432/fjord"
-    supervisor = Supervisor([Child("worker", [sys.executable, "-c", f"print({said!r})"])], out=out)
+    supervisor = Supervisor(
+        [Child("worker", [sys.executable, "-c", f"print({said!r})"])], out=out, restart_limit=0
+    )
 
     supervisor.run()
 
