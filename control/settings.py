@@ -173,14 +173,28 @@ STORAGES = {
 
 # Logs go to stderr in every mode, where daphne, systemd and docker collect them, with any
 # credential in a message or a traceback (a database URL, a password option) masked.
+LOG_LEVEL = os.environ.get("DJANGO_LOG_LEVEL", "INFO").upper()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"redacted": {"()": "broker.redaction.RedactingFormatter"}},
+    "filters": {"routine_tasks": {"()": "control.log_filters.RoutineTasks"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "redacted"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("DJANGO_LOG_LEVEL", "INFO")},
-    # Django's own debug-only console handler would print every record a second time.
-    "loggers": {"django": {"handlers": []}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        # Django's own debug-only console handler would print every record a second time.
+        "django": {"handlers": []},
+        # Where Celery says a task was sent (beat), received and succeeded (worker). Celery sets
+        # the root logger's level from its own --loglevel, after Django: DJANGO_LOG_LEVEL=DEBUG
+        # reaches these through a level of their own.
+        **{
+            name: {
+                "filters": ["routine_tasks"],
+                **({"level": "DEBUG"} if LOG_LEVEL == "DEBUG" else {}),
+            }
+            for name in ("celery.beat", "celery.worker.strategy", "celery.app.trace")
+        },
+    },
 }
 
 REST_FRAMEWORK = {
