@@ -13,6 +13,7 @@ import textwrap
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -62,20 +63,14 @@ DIES_ONCE = (
 
 
 class Launched:
-    """A Supervisor in a process of its own, so that it can be signalled; its output collected
-    line by line."""
+    """A process, the launcher or a Supervisor of its own, so that it can be signalled; its
+    output collected line by line."""
 
-    def __init__(self, children: dict[str, list[str]], **supervisor: object) -> None:
-        script = (
-            "import sys\n"
-            "from control.launch import Child, Supervisor\n"
-            f"children = [Child(name, argv) for name, argv in {children!r}.items()]\n"
-            f"sys.exit(Supervisor(children, **{supervisor!r}).run())\n"
-        )
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", script],
+            argv,
             cwd=REPO,
-            env={**os.environ, "DJANGO_SETTINGS_MODULE": "control.settings"},
+            env=env or {**os.environ, "DJANGO_SETTINGS_MODULE": "control.settings"},
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -83,25 +78,43 @@ class Launched:
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
+    @classmethod
+    def supervisor(cls, children: dict[str, list[str]], **supervisor: object) -> "Launched":
+        script = (
+            "import sys\n"
+            "from control.launch import Child, Supervisor\n"
+            f"children = [Child(name, argv) for name, argv in {children!r}.items()]\n"
+            f"sys.exit(Supervisor(children, **{supervisor!r}).run())\n"
+        )
+        return cls([sys.executable, "-c", script])
+
     def _read(self) -> None:
         for line in self.proc.stdout:
             self.lines.append(line.rstrip("\n"))
 
-    def wait_for(self, line: str, count: int = 1, timeout: float = 30) -> None:
+    def wait_until(self, condition: Callable[[], bool], what: str, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
-        while self.lines.count(line) < count:
-            assert self.proc.poll() is None or self.reader.is_alive(), self.lines
-            assert time.monotonic() < deadline, f"no {line!r} (x{count}) in {self.lines}"
+        while not condition():
+            assert self.reader.is_alive(), f"ended before {what}: {self.lines}"
+            assert time.monotonic() < deadline, f"no {what} in {self.lines}"
             time.sleep(0.05)
+
+    def wait_for(self, line: str, count: int = 1, timeout: float = 30) -> None:
+        self.wait_until(lambda: self.lines.count(line) >= count, f"{line!r} (x{count})", timeout)
 
     def exit_code(self) -> int:
         code = self.proc.wait(timeout=60)
         self.reader.join(timeout=10)
         return code
 
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
 
 def test_a_child_that_exits_on_its_own_is_restarted_while_the_others_keep_running(tmp_path):
-    launched = Launched(
+    launched = Launched.supervisor(
         {
             "steady": [sys.executable, "-c", WAITS_FOR_A_SIGNAL],
             "flaky": [sys.executable, "-c", DIES_ONCE, str(tmp_path / "died")],
@@ -151,7 +164,7 @@ def test_a_child_that_keeps_exiting_stops_the_others_and_fails():
 
 
 def test_a_signal_during_a_backoff_stops_everything_without_restarting():
-    launched = Launched(
+    launched = Launched.supervisor(
         {
             "waiter": [sys.executable, "-c", WAITS_FOR_A_SIGNAL],
             "quitter": [sys.executable, "-c", "print('started'); raise SystemExit(3)"],
@@ -321,12 +334,31 @@ def free_port() -> int:
         return server.getsockname()[1]
 
 
+def child_pid(parent: int, *argv: str) -> int:
+    """The pid of parent's child whose command line holds argv."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rpartition(")")[2].split()[1])
+            cmdline = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        words = [word.decode() for word in cmdline]
+        if ppid == parent and all(word in words for word in argv):
+            return int(stat.parent.name)
+    raise LookupError(f"no child {argv} of {parent}")
+
+
+def broker_health(web_port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/api/v1/health/") as response:
+        return json.load(response)["broker"]["status"]
+
+
 @pytest.mark.skipif(
     importlib.util.find_spec("broker.__main__") is None,
     reason="the broker has no command line yet (broker/__main__.py)",
 )
-@pytest.mark.timeout(120)
-def test_launch_runs_broker_and_console_until_stopped(tmp_path):
+@pytest.mark.timeout(180)
+def test_launch_runs_the_platform_restarting_what_dies_until_stopped(tmp_path):
     kafka_port, metrics_port, web_port = free_port(), free_port(), free_port()
     # What `make run` gets: no settings in the environment (the launcher asks for development
     # mode itself), the plain settings, SQLite (here a throwaway one), no Redis.
@@ -345,40 +377,41 @@ def test_launch_runs_broker_and_console_until_stopped(tmp_path):
         "FJORD_METRICS_URL": f"http://127.0.0.1:{metrics_port}/metrics",
         "FJORD_WEB_PORT": str(web_port),
     }
-    launcher = subprocess.Popen(
+    launcher = Launched(
         [sys.executable, "-m", "control.launch", "--override", f"log.dirs={tmp_path / 'logs'}"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
+        env,
     )
+    broker_up = f"fjord: broker listening on PLAINTEXT://127.0.0.1:{kafka_port}"
+
+    def worker_ready() -> int:
+        return len(
+            [line for line in launcher.lines if line.startswith("[worker]") and " ready." in line]
+        )
+
     try:
-        announced = []
-        for line in launcher.stdout:
-            if line.startswith(
-                (
-                    "fjord: broker listening",
-                    "fjord: broker started",
-                    "fjord: console",
-                    "fjord: first admin login",
-                )
-            ):
-                announced.append(line.strip())
-            if len(announced) == 3:
-                break
-        assert len(announced) == 3, f"launcher ended early: {announced}"
-        assert f"fjord: console at http://127.0.0.1:{web_port}/" in announced
-        login = next(line for line in announced if "first admin login" in line)
+        launcher.wait_for(f"fjord: console at http://127.0.0.1:{web_port}/", timeout=120)
+        launcher.wait_for(broker_up, timeout=120)
+        launcher.wait_until(lambda: worker_ready() == 1, "a ready worker", timeout=120)
+        login = next(line for line in launcher.lines if "first admin login" in line)
         assert re.fullmatch(r"fjord: first admin login: admin / \S{12,}", login)
+        assert broker_health(web_port) == "reachable"
 
-        with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/api/v1/health/") as response:
-            health = json.load(response)
-        assert health["broker"]["status"] == "reachable"
+        os.kill(child_pid(launcher.proc.pid, "broker"), signal.SIGKILL)
+        launcher.wait_for(
+            "fjord: broker exited with status -9; restarting in 1 s (restart 1 of 5 in 60 s)"
+        )
+        launcher.wait_for(broker_up, count=2)
+        launcher.wait_until(lambda: broker_health(web_port) == "reachable", "the broker reachable")
 
-        launcher.send_signal(signal.SIGTERM)
-        launcher.stdout.read()
-        assert launcher.wait(timeout=60) == 0
+        os.kill(child_pid(launcher.proc.pid, "celery", "worker"), signal.SIGKILL)
+        launcher.wait_for(
+            "fjord: worker exited with status -9; restarting in 1 s (restart 1 of 5 in 60 s)"
+        )
+        launcher.wait_until(lambda: worker_ready() == 2, "the worker ready again", timeout=60)
+
+        launcher.proc.send_signal(signal.SIGINT)
+        assert launcher.exit_code() == 0
+        # The console served throughout.
+        assert not [line for line in launcher.lines if line.startswith("fjord: web exited")]
     finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
+        launcher.stop()
