@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -55,12 +55,36 @@ def take_sample() -> dict[str, Any]:
         previous.data if previous is not None else None,
         elapsed,
     )
+    mark_down_since(
+        data.get("endpoints", []), previous.data if previous is not None else None, taken_at
+    )
     if data["broker"] != "unreachable":
         data["transactions"] = _transactions(data)
     data["pipelines"] = lifecycle.live_progress()
     data["taken_at"] = taken_at.isoformat()
     MetricSnapshot.objects.create(taken_at=taken_at, data=data)
     return public(data)
+
+
+def mark_down_since(
+    endpoints: list[dict[str, Any]], previous: dict[str, Any] | None, taken_at: datetime
+) -> None:
+    """Each unreachable endpoint's "down_since": when the first sample of its outage was taken,
+    carried from the previous sample while it stays down; one that answers again has none."""
+    before = {
+        e.get("url"): e.get("down_since")
+        for e in (previous or {}).get("endpoints", [])
+        if e.get("status") == "unreachable"
+    }
+    for endpoint in endpoints:
+        if endpoint["status"] == "unreachable":
+            endpoint["down_since"] = before.get(endpoint["url"]) or taken_at.isoformat()
+
+
+def down(snapshot: MetricSnapshot | None) -> list[dict[str, Any]]:
+    """The endpoints a snapshot found down, each with its url and down_since."""
+    endpoints = snapshot.data.get("endpoints", []) if snapshot is not None else []
+    return [e for e in endpoints if e.get("down_since")]
 
 
 def _transactions(data: dict[str, Any]) -> list[dict[str, Any]]:

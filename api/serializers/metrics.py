@@ -92,6 +92,10 @@ def _number(help_text: str) -> serializers.FloatField:
 class MetricsEndpointSerializer(serializers.Serializer):
     url = serializers.CharField()
     status = serializers.ChoiceField(["up", "unreachable"])
+    down_since = serializers.DateTimeField(
+        required=False,
+        help_text="Unreachable ones: when the first sample of this outage was taken.",
+    )
 
 
 class MetricSnapshotSerializer(serializers.Serializer):

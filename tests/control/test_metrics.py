@@ -153,7 +153,7 @@ def test_every_endpoint_is_sampled_and_one_that_fails_leaves_the_others_rates(
     create_topic(broker_settings.bootstrap, topic)
     produce(broker_settings.bootstrap, topic, 1)
 
-    sampling.sample()
+    first = sampling.sample()
     produce(broker_settings.bootstrap, topic, 1)
     data = sampling.sample()
 
@@ -161,7 +161,8 @@ def test_every_endpoint_is_sampled_and_one_that_fails_leaves_the_others_rates(
     assert closed in data["error"] and broker_settings.metrics_url not in data["error"]
     assert data["endpoints"] == [
         {"url": broker_settings.metrics_url, "status": "up"},
-        {"url": closed, "status": "unreachable"},
+        # Down since the first sample that found it so.
+        {"url": closed, "status": "unreachable", "down_since": first["taken_at"]},
     ]
     assert partition(data, topic)["high_watermark"] == 2
     # The broker that answered has its rates, against its own counters.

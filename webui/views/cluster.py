@@ -6,7 +6,9 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils.dateparse import parse_datetime
 
+from api import sampling
 from api.brokers import cluster_overview
 from api.permissions import ADMIN
 from broker.client.models import ConfigResourceType
@@ -29,6 +31,12 @@ def cluster(request: HttpRequest) -> HttpResponse:
     brokers = overview.brokers if overview is not None else []
     context = {
         "cluster": overview,
+        # What the metrics sampler found down, shown even when no broker answers for the
+        # cluster (a lone broker that stopped).
+        "down": [
+            {"url": e["url"], "since": parse_datetime(e["down_since"])}
+            for e in sampling.down(sampling.latest())
+        ],
         "alive": sum(1 for b in brokers if not b.node.fenced),
         "log_dirs": [
             {"broker": b.node.node_id, **log_dir} for b in brokers for log_dir in b.log_dirs or ()

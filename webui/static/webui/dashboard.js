@@ -239,12 +239,18 @@
   }
 
   function show(data) {
-    // A cluster whose brokers answer only in part is "partly reachable" (the title says which not).
+    // A cluster whose brokers answer only in part is "partly reachable" (the title says which not);
+    // a broker that stopped answering is down since the first sample that found it so.
     const status = document.getElementById("broker-status");
-    const state = { up: "reachable", partial: "partly reachable" }[data.broker] || "unreachable";
+    const down = (data.endpoints || []).filter((e) => e.down_since);
+    const since = down.map((e) => e.down_since).sort()[0];
+    const sinceText = since ? " since " + new Date(since).toLocaleTimeString() : "";
+    let state = "reachable";
+    if (data.broker === "partial") state = "partly reachable (" + down.length + " down" + sinceText + ")";
+    else if (data.broker !== "up") state = since ? "down" + sinceText : "unreachable";
     text(status, state);
     status.className = "status status-" + (data.broker === "up" ? "reachable" : "unreachable");
-    status.title = data.error || "";
+    status.title = down.map((e) => e.url + " down since " + e.down_since).join("\n") || data.error || "";
     const last = document.getElementById("last-sample");
     last.dataset.takenAt = data.taken_at;
     last.dateTime = data.taken_at;
