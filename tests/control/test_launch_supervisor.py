@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from child_processes import child_pid
 
 from control.launch import (
     Child,
@@ -332,20 +333,6 @@ def test_the_broker_count_is_a_positive_number(capsys, count):
 def free_port() -> int:
     with socket.create_server(("127.0.0.1", 0)) as server:
         return server.getsockname()[1]
-
-
-def child_pid(parent: int, *argv: str) -> int:
-    """The pid of parent's child whose command line holds argv."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rpartition(")")[2].split()[1])
-            cmdline = (stat.parent / "cmdline").read_bytes().split(b"\0")
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        words = [word.decode() for word in cmdline]
-        if ppid == parent and all(word in words for word in argv):
-            return int(stat.parent.name)
-    raise LookupError(f"no child {argv} of {parent}")
 
 
 def broker_health(web_port: int) -> str:
