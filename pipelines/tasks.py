@@ -1,9 +1,13 @@
 """Celery tasks of the pipelines."""
 
+import logging
+
 from celery import shared_task
 
 from pipelines import lifecycle
 from pipelines.models import PipelineRun
+
+log = logging.getLogger("fjord.pipelines")
 
 
 @shared_task(name="pipelines.tasks.spawn_pipeline_run", ignore_result=True)
@@ -20,5 +24,13 @@ def spawn_pipeline_run(run_id: int) -> None:
 
 @shared_task(name="pipelines.tasks.check_pipeline_runs", ignore_result=True)
 def check_pipeline_runs() -> int:
-    """Runs whose process died marked failed."""
-    return len(lifecycle.check_runs())
+    """Runs whose process died marked failed. Beat sends it every few seconds and Celery's
+    own lines about it are at DEBUG (control.log_filters): a failed run has a line of its own."""
+    failed = lifecycle.check_runs()
+    for run in failed:
+        log.warning(
+            "pipeline %r: run %s failed, its process ended without stopping its query",
+            run.pipeline.name,
+            run.pk,
+        )
+    return len(failed)

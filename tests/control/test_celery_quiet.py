@@ -9,11 +9,15 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from api.models import MetricSnapshot
+from pipelines.models import Pipeline, PipelineRun
+from pipelines.tasks import check_pipeline_runs
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROUTINE = ("Sending due task", "sample_broker_metrics[", "check_pipeline_runs[")
@@ -106,3 +110,19 @@ def test_beats_routine_tasks_are_logged_with_debug_asked_for(tmp_path, control_b
             "] received",
             "] succeeded",
         ), "".join(output.lines)
+
+
+@pytest.mark.django_db
+def test_a_run_the_check_failed_has_a_line_of_its_own(operator, settings, tmp_path, caplog):
+    settings.FJORD_PIPELINES_DIR = tmp_path
+    pipeline = Pipeline.objects.create(
+        name="copy-orders", source_topics=["in"], sink_topic="out", created_by=operator
+    )
+    run = PipelineRun.objects.create(pipeline=pipeline, pid=2**22 + 1, host="elsewhere")
+    PipelineRun.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(days=1))
+
+    assert check_pipeline_runs() == 1
+
+    (line,) = [r for r in caplog.records if r.name == "fjord.pipelines"]
+    assert line.levelname == "WARNING"
+    assert f"pipeline 'copy-orders': run {run.pk} failed" in line.getMessage()
