@@ -1,9 +1,15 @@
 """A three-broker cluster as `python -m control.launch --brokers 3` starts it (DATABASE_URL
 holding the brokers' metadata too), in a real browser: the dashboard adds up every broker's
 metrics, the Brokers page lists the brokers with the controller marked, and a topic
-replicated on all three shows its replicas and ISR."""
+replicated on all three shows its replicas and ISR; a broker that stops answering is shown down
+and since when, and up again once it answers."""
 
 from __future__ import annotations
+
+import os
+import re
+import signal
+from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 from console_support import log_in
@@ -53,3 +59,41 @@ def test_brokers_page_and_a_replicated_topic(page, cluster_platform, screenshot)
         assert broker_ids(row.locator(".isr").text_content()) == NODES
     expect(page.locator(".isr.under-replicated")).to_have_count(0)
     screenshot("14-cluster-replicated-topic")
+
+
+def broker_pid(launcher_pid: int, node_id: int) -> int:
+    """The process id of the launcher's child `python -m broker` with that node id."""
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            # The parent's id follows the command's name, which ends with the last ")".
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == launcher_pid and f"node.id={node_id}".encode() in argv:
+            return int(entry.name)
+    raise LookupError(f"no broker {node_id} under the launcher {launcher_pid}")
+
+
+def test_a_broker_that_stops_answering_is_shown_down_since_when(page, cluster_platform):
+    log_in(page, cluster_platform)
+    status = page.locator("#broker-status")
+    expect(status).to_have_text("reachable")
+    # Stopped, not killed: the launcher would restart a killed broker within a second.
+    pid = broker_pid(cluster_platform.proc.pid, 3)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        expect(status).to_have_text(re.compile(r"^partly reachable \(1 down since .+\)$"))
+        # Until the cluster fences it, the page waits for the stopped broker's log dirs.
+        page.goto(f"{cluster_platform.url}/cluster/", timeout=120_000)
+        down = page.locator("#brokers-down")
+        expect(down).to_contain_text("down since")
+        metrics_port = cluster_platform.metrics_port + 2
+        expect(down).to_contain_text(f"http://127.0.0.1:{metrics_port}/metrics")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    page.get_by_role("link", name="Dashboard", exact=True).click()
+    expect(status).to_have_text("reachable")
+    page.get_by_role("link", name="Brokers", exact=True).click()
+    expect(page.locator("#brokers tbody tr")).to_have_count(3)
+    expect(page.locator("#brokers-down")).to_have_count(0)
