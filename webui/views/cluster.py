@@ -41,9 +41,11 @@ def cluster(request: HttpRequest) -> HttpResponse:
         "log_dirs": [
             {"broker": b.node.node_id, **log_dir} for b in brokers for log_dir in b.log_dirs or ()
         ],
-        # The refresh shows no log dirs: it spares every broker listing its replicas.
+        # The refresh shows no log dirs: it spares every broker listing its replicas. The latest
+        # metrics sample says which brokers are down.
         "brokers_config": {
             "api_url": reverse("api:cluster-list") + "?log_dirs=false",
+            "metrics_url": reverse("api:metrics-current"),
             "refresh_seconds": 5,
         },
     }

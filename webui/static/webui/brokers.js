@@ -1,6 +1,7 @@
 /* The Brokers page, live: every few seconds the cluster API says which brokers are alive or
  * fenced, which one is the controller and how many partitions each leads, and the table
- * follows without a reload; a broker that joined since the page was drawn reloads it. */
+ * follows without a reload; a broker that joined since the page was drawn, or one that went
+ * down or came back (the latest metrics sample), reloads it. */
 (function () {
   "use strict";
 
@@ -32,13 +33,30 @@
     text(document.getElementById("brokers-refreshed"), "Updated " + new Date().toLocaleTimeString() + ".");
   }
 
+  async function get(url) {
+    const response = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
+    return response.ok ? response.json() : null;
+  }
+
+  function urls(list) {
+    return list.slice().sort().join(" ");
+  }
+
+  function downChanged(sample) {
+    const drawn = Array.from(document.querySelectorAll("#brokers-down [data-down-url]"), (li) => li.dataset.downUrl);
+    const down = (sample.endpoints || []).filter((e) => e.down_since).map((e) => e.url);
+    return urls(drawn) !== urls(down);
+  }
+
   async function refresh() {
     try {
-      const response = await fetch(config.api_url, {
-        credentials: "same-origin",
-        headers: { Accept: "application/json" },
-      });
-      if (response.ok) show(await response.json());
+      const [cluster, sample] = await Promise.all([get(config.api_url), get(config.metrics_url)]);
+      if (sample && downChanged(sample)) {
+        location.reload();
+        return;
+      }
+      // With no broker answering the page has no table; the cluster's answer redraws it.
+      if (cluster) show(cluster);
     } catch (error) {
       // The control plane is restarting or the network blinked: the next round tries again.
     } finally {
