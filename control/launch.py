@@ -375,9 +375,10 @@ def platform_children(
         ),
     ]
     celery = [sys.executable, "-m", "celery", "-A", "control"]
+    level = ["--loglevel", os.environ.get("CELERY_LOG_LEVEL", "INFO")]
     children += [
-        Child("worker", [*celery, "worker", "--loglevel", "INFO"], env=control_env),
-        Child("beat", [*celery, "beat", "--loglevel", "INFO"], env=control_env),
+        Child("worker", [*celery, "worker", *level], env=control_env),
+        Child("beat", [*celery, "beat", *level], env=control_env),
     ]
     return children
 

@@ -262,6 +262,14 @@ def test_the_broker_listens_where_the_control_plane_looks(settings, tmp_path):
     }
 
 
+def test_celery_logs_at_the_level_asked_for(settings, monkeypatch, tmp_path):
+    settings.REDIS_URL = ""
+    monkeypatch.setenv("CELERY_LOG_LEVEL", "WARNING")
+    worker, beat = platform_children("8123", [f"log.dirs={tmp_path}"])[2:]
+    assert worker.argv[-3:] == ["worker", "--loglevel", "WARNING"]
+    assert beat.argv[-3:] == ["beat", "--loglevel", "WARNING"]
+
+
 def test_a_cluster_is_brokers_on_consecutive_ports_and_the_control_plane_sees_them(
     settings, tmp_path
 ):
