@@ -19,7 +19,7 @@ import threading
 
 from pipelines.sql_policy import TransformationError
 
-__all__ = ["CheckerUnavailable", "TransformationError", "check_transformation"]
+__all__ = ["CheckerUnavailable", "TransformationError", "check_transformation", "warm_up"]
 
 # What the checker's Python and Java need of this process's environment; nothing else passes.
 CHECKER_ENVIRONMENT = ("PATH", "HOME", "LANG", "LC_ALL", "JAVA_HOME", "TMPDIR", "PYTHONPATH")
@@ -50,6 +50,18 @@ class SqlChecker:
         with self._lock:
             if self._process is not None:
                 self._stop(self._process)
+
+    def warm_up(self) -> None:
+        """Start the checker in the background when none runs, so that the check a person is
+        about to ask for does not wait for Spark's JVM to start."""
+        if self._process is None or self._process.poll() is not None:
+            threading.Thread(target=self._warm, daemon=True).start()
+
+    def _warm(self) -> None:
+        try:
+            self.check("SELECT key, value FROM source", False)
+        except CheckerUnavailable:
+            pass  # the next check starts another
 
     def check(self, sql: str, include_headers: bool) -> list[str]:
         with self._lock:
@@ -98,6 +110,10 @@ class SqlChecker:
 
 
 _checker = SqlChecker()
+
+
+def warm_up() -> None:
+    _checker.warm_up()
 
 
 def check_transformation(sql: str, include_headers: bool = False) -> list[str]:

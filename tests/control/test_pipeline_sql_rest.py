@@ -137,6 +137,17 @@ def test_the_run_checks_the_definition_again(worker_settings, operator_api, uniq
 
 
 @pytest.mark.django_db
+def test_opening_the_form_starts_the_checker(admin_browser):
+    """Spark's JVM takes seconds to start: it starts while the person fills the form in."""
+    sql._checker.close()
+    assert admin_browser.get("/pipelines/new/").status_code == 200
+    deadline = time.monotonic() + 60
+    while sql._checker.pid is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sql._checker.pid is not None
+
+
+@pytest.mark.django_db
 def test_a_checker_that_does_not_answer_decides_nothing(
     admin_browser, operator_api, monkeypatch, unique
 ):

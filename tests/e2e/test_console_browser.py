@@ -107,7 +107,8 @@ def test_create_start_watch_and_stop_a_pipeline(page, platform, screenshot):
     page.fill("#id_transformation", "SELECT key, upper(cast(nope AS string)) AS value FROM source")
     page.fill("#id_sink_topic", sink)
     page.fill("#id_trigger_interval_ms", "500")
-    page.get_by_role("button", name="Create pipeline").click()
+    # The SQL checker's JVM, started when the form was opened, may still be starting.
+    page.get_by_role("button", name="Create pipeline").click(timeout=120_000)
     expect(page.locator(".field-errors")).to_contain_text("`nope` cannot be resolved")
     screenshot("07-pipeline-sql-refused")
     page.fill("#id_transformation", "SELECT key, upper(cast(value AS string)) AS value FROM source")

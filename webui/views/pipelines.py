@@ -15,9 +15,8 @@ from api.kafka import BrokerUnavailable
 from api.permissions import OPERATOR
 from api.serializers.pipelines import PipelineSerializer
 from broker.client import KafkaAdminError
-from pipelines import lifecycle, principal
+from pipelines import lifecycle, principal, sql
 from pipelines.models import Pipeline
-from pipelines.sql import CheckerUnavailable
 from webui.views.base import require_role_to_post, role_required
 
 
@@ -47,11 +46,13 @@ def pipeline_create(request: HttpRequest) -> HttpResponse:
     require_role_to_post(request, OPERATOR)
     errors: dict = {}
     values = request.POST if request.method == "POST" else {}
+    if request.method == "GET":
+        sql.warm_up()  # ready by the time the form is sent
     if request.method == "POST":
         serializer = PipelineSerializer(data=_form_data(request))
         try:
             valid = serializer.is_valid()
-        except CheckerUnavailable as e:  # nothing was decided: the form stays as written
+        except sql.CheckerUnavailable as e:  # nothing was decided: the form stays as written
             valid, errors = False, {"transformation": [str(e)]}
         if valid:
             try:
