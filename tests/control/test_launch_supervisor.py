@@ -353,10 +353,9 @@ def broker_health(web_port: int) -> str:
     reason="the broker has no command line yet (broker/__main__.py)",
 )
 @pytest.mark.timeout(180)
-def test_launch_runs_the_platform_restarting_what_dies_until_stopped(tmp_path):
-    kafka_port, metrics_port, web_port = free_port(), free_port(), free_port()
-    # What `make run` gets: no settings in the environment (the launcher asks for development
-    # mode itself), the plain settings, SQLite (here a throwaway one), no Redis.
+def make_run(tmp_path: Path, kafka_port: int, web_port: int) -> Launched:
+    """The launcher as `make run` starts it: no settings in the environment (it asks for
+    development mode itself), the plain settings, SQLite (here a throwaway one), no Redis."""
     unset = {
         "REDIS_URL",
         "DATABASE_URL",
@@ -369,13 +368,18 @@ def test_launch_runs_the_platform_restarting_what_dies_until_stopped(tmp_path):
         "DJANGO_SETTINGS_MODULE": "control.settings",
         "DATABASE_URL": f"sqlite:///{tmp_path / 'control.sqlite3'}",
         "FJORD_BOOTSTRAP": f"127.0.0.1:{kafka_port}",
-        "FJORD_METRICS_URL": f"http://127.0.0.1:{metrics_port}/metrics",
+        "FJORD_METRICS_URL": f"http://127.0.0.1:{free_port()}/metrics",
         "FJORD_WEB_PORT": str(web_port),
     }
-    launcher = Launched(
+    return Launched(
         [sys.executable, "-m", "control.launch", "--override", f"log.dirs={tmp_path / 'logs'}"],
         env,
     )
+
+
+def test_launch_runs_the_platform_restarting_what_dies_until_stopped(tmp_path):
+    kafka_port, web_port = free_port(), free_port()
+    launcher = make_run(tmp_path, kafka_port, web_port)
     broker_up = f"fjord: broker listening on PLAINTEXT://127.0.0.1:{kafka_port}"
 
     def worker_ready() -> int:
@@ -410,3 +414,26 @@ def test_launch_runs_the_platform_restarting_what_dies_until_stopped(tmp_path):
         assert not [line for line in launcher.lines if line.startswith("fjord: web exited")]
     finally:
         launcher.stop()
+
+
+@pytest.mark.timeout(180)
+def test_launch_stops_with_exit_1_when_a_child_keeps_dying(tmp_path):
+    """A broker whose port another process holds exits at each start: restarted five times,
+    then the launcher says so and stops everything."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        kafka_port = taken.getsockname()[1]
+        launcher = make_run(tmp_path, kafka_port, free_port())
+        try:
+            launcher.wait_until(
+                lambda: any("(restart 5 of 5 in 60 s)" in line for line in launcher.lines),
+                "a fifth restart",
+                timeout=120,
+            )
+            assert launcher.exit_code() == 1
+        finally:
+            launcher.stop()
+    restarts = [line for line in launcher.lines if line.startswith("fjord: broker exited")]
+    assert [line.rpartition("(")[2] for line in restarts[:5]] == [
+        f"restart {n} of 5 in 60 s)" for n in range(1, 6)
+    ]
+    assert restarts[5].endswith(", 6 times in 60 s; stopping")
