@@ -22,7 +22,14 @@ from broker_process import BrokerProcess, free_port
 from confluent_kafka import KafkaException, Producer
 from django.db import connection
 from jobs_support import make_topic
-from test_pipelines_rest import CommittedReader, definition, produce, run_state, wait_run
+from test_pipelines_rest import (
+    CommittedReader,
+    committed_to_end,
+    definition,
+    produce,
+    run_state,
+    wait_run,
+)
 
 from api import kafka
 from broker.client import AdminClient, KafkaAdminError, Security
@@ -347,7 +354,7 @@ def test_a_pipeline_runs_exactly_once_as_its_principal_and_nothing_else(
         error = wait_run(failed.pk, lambda r: r.status == "failed", "failed", 180).last_error
         assert "TOPIC_AUTHORIZATION_FAILED" in error, error
         assert CONTROL_PASSWORD not in error and pipeline.kafka_password not in error
-        assert reader.until(21, timeout=2) == copied  # nothing reached the sink meanwhile
+        assert committed_to_end(secured.bootstrap, sink) == copied  # nothing reached it meanwhile
     finally:
         reader.close()
         for active in PipelineRun.objects.filter(status__in=PipelineRun.ACTIVE, pid__isnull=False):
