@@ -34,6 +34,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def run_broker(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m broker <args>` run to its exit, its output kept: for a broker that must refuse
+    to start (a minute is far more than a refusal takes)."""
+    return subprocess.run(
+        [sys.executable, "-m", "broker", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 class BrokerProcess:
     """`python -m broker` on a loopback port; the same log dir and port across restarts.
 

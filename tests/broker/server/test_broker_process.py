@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-from broker_process import REPO
+from broker_process import run_broker
 
 
 def test_invalid_configuration_exits_with_a_clear_message(tmp_path):
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "broker",
-            "--override",
-            "log.segment.bytes=tiny",
-            "--override",
-            f"log.dirs={tmp_path}",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    result = run_broker(
+        "--override", "log.segment.bytes=tiny", "--override", f"log.dirs={tmp_path}"
     )
     assert result.returncode == 2
     assert "Invalid value tiny for configuration log.segment.bytes" in result.stderr
@@ -31,13 +16,7 @@ def test_invalid_configuration_exits_with_a_clear_message(tmp_path):
 def test_unknown_property_in_a_file_is_rejected(tmp_path):
     props = tmp_path / "server.properties"
     props.write_text("log.dirs=/tmp/x\nlog.segmnet.bytes=1000\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "broker", str(props)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_broker(str(props))
     assert result.returncode == 2
     assert "Unknown configuration 'log.segmnet.bytes'" in result.stderr
 

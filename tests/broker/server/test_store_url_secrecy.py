@@ -4,11 +4,8 @@ cannot start on it does not print it."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
-from broker_process import REPO
+from broker_process import run_broker
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -155,13 +152,7 @@ def test_a_broker_that_cannot_start_on_its_store_url_does_not_print_the_password
         f"listeners=PLAINTEXT://127.0.0.1:0\nlog.dirs={tmp_path / 'logs'}\n"
         f"metrics.listener=\nmetadata.store.url={store_url}\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-m", "broker", str(props)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_broker(str(props))
     assert result.returncode == status, result.stderr
     assert said in result.stderr
     assert PASSWORD not in result.stdout + result.stderr
@@ -170,13 +161,7 @@ def test_a_broker_that_cannot_start_on_its_store_url_does_not_print_the_password
 def test_an_override_quoted_back_is_masked(tmp_path):
     # Without its '=', the whole item is quoted in the refusal.
     item = f"metadata.store.url postgresql://fjord:{PASSWORD}@db/fjord"
-    result = subprocess.run(
-        [sys.executable, "-m", "broker", "--override", item],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_broker("--override", item)
     assert result.returncode == 2
     assert "--override expects key=value" in result.stderr
     assert PASSWORD not in result.stderr
