@@ -1,9 +1,11 @@
-"""python -m bench [--only fjord|tansu] [--quick]
-[--groups | --no-groups | --transactions | --fetch-sessions | --client | --pipelines | --cluster]
-[--no-transactions] [--no-fetch-sessions] [--no-client] [--no-pipelines]
+"""python -m bench [--only fjord|tansu] [--quick] [--against REF]
+[--groups | --no-groups | --transactions | --fetch-sessions | --client | --pipelines | --cluster
+ | --busy] [--no-transactions] [--no-fetch-sessions] [--no-client] [--no-pipelines] [--no-busy]
 
 Starts each broker in turn on this machine, drives both with the same rdkafka_performance
-workload, prints the Fjord/Tansu table and writes it to bench/results/; then measures
+workload, prints the Fjord/Tansu table and writes it to bench/results/; then busy clients
+(thousands of connections each sending a small request a second, with a latency probe beside
+them, on both brokers) and writes latest-busy.md; then measures
 consumer groups (Fjord only: classic and consumer protocol) and writes latest-groups.md;
 then transactions (Fjord only: transactional against idempotent produce, read_committed
 against read_uncommitted consume) and writes latest-transactions.md; then incremental fetch
@@ -14,6 +16,8 @@ pipeline against a confluent-kafka transactional copy loop, and writes latest-pi
 Only with --cluster, and alone (it needs PostgreSQL at 127.0.0.1:5432 and takes minutes):
 cluster mode, acks=all produce on three brokers with replication factor 3 against acks=1 on
 one, and failover times after a leader's SIGKILL or controlled shutdown; latest-cluster.md.
+With --against REF, the throughput and busy-clients parts also run Fjord as of git revision REF,
+in the same sitting, so that a change is measured against the revision before it.
 Exit code 1 when a broker that ran failed, 2 when --only names one that cannot run here.
 """
 
@@ -33,6 +37,7 @@ import confluent_kafka
 from bench import (
     brokers,
     build,
+    busy,
     client,
     cluster,
     fetch_sessions,
@@ -58,11 +63,18 @@ def main() -> int:
     )
     part.add_argument("--client", action="store_true", help="only the client library part")
     part.add_argument("--pipelines", action="store_true", help="only the Spark pipelines part")
+    part.add_argument("--busy", action="store_true", help="only the busy-clients part")
     part.add_argument(
         "--cluster", action="store_true", help="only the cluster part (not run by default)"
     )
     parser.add_argument("--no-client", action="store_true", help="skip the client library part")
     parser.add_argument("--no-pipelines", action="store_true", help="skip the pipelines part")
+    parser.add_argument("--no-busy", action="store_true", help="skip the busy-clients part")
+    parser.add_argument(
+        "--against",
+        metavar="REF",
+        help="also run Fjord as of this git revision (throughput and busy clients)",
+    )
     parser.add_argument("--no-transactions", action="store_true", help="skip transactions")
     parser.add_argument(
         "--no-fetch-sessions", action="store_true", help="skip incremental fetch sessions"
@@ -80,9 +92,18 @@ def main() -> int:
         return _pipelines(args)
     if args.cluster:
         return _cluster(args)
+    try:
+        args.kinds = _kinds(args)
+    except brokers.BrokerError as error:
+        print(error, file=sys.stderr)
+        return 2
+    if args.busy:
+        return _busy(args)
     code = 0 if args.groups else _throughput(args)
     if code == 2:
         return code
+    if not args.groups and not args.no_busy:
+        code = max(code, _busy(args))
     if args.only == brokers.TANSU.name:
         print(f"\n== consumer groups: not run, {groups.REFERENCE_NOTE}")
         print(f"== transactions: not run, {transactions.REFERENCE_NOTE}")
@@ -116,12 +137,12 @@ def _throughput(args: argparse.Namespace) -> int:
     load = os.getloadavg()[0]
     if load > 0.5:
         print(f"warning: load average {load:.1f} before the run; other work skews the figures")
-    results = {}
-    # Tansu first: if the reference cannot run, there is nothing to compare against.
-    for kind in (brokers.TANSU, brokers.FJORD):
+    results = {
+        kind.name: {"storage": kind.storage, "status": "not run"}
+        for kind in (brokers.TANSU, brokers.FJORD)
+    }
+    for kind in args.kinds:
         results[kind.name] = {"storage": kind.storage, "status": "not run"}
-        if args.only and kind.name != args.only:
-            continue
         reason = kind.unavailable()
         if reason:
             print(f"== {kind.name}: skipped, {reason}", flush=True)
@@ -148,6 +169,35 @@ def _throughput(args: argparse.Namespace) -> int:
         print(f"wrote {path.relative_to(brokers.REPO_DIR)}")
     failed = any(entry["status"].startswith("failed") for entry in results.values())
     return 1 if failed else 0
+
+
+def _kinds(args: argparse.Namespace) -> list[brokers.BrokerKind]:
+    """The brokers the side-by-side parts run. Tansu first: if the reference cannot run,
+    there is nothing to compare against."""
+    kinds = [brokers.TANSU, brokers.FJORD]
+    if args.only:
+        kinds = [kind for kind in kinds if kind.name == args.only]
+    if args.against:
+        kinds.append(brokers.fjord_at(args.against))
+    return kinds
+
+
+def _busy(args: argparse.Namespace) -> int:
+    try:
+        binary = build.loadgen()
+    except build.BuildError as error:
+        print(f"cannot build the load generator: {error}", file=sys.stderr)
+        return 1
+    print(f"\n== busy clients ({busy.REFERENCE_NOTE})", flush=True)
+    header = _header(args)
+    section, ok = busy.run(args.kinds, binary, busy.QUICK if args.quick else busy.FULL)
+    result = {**header, "busy": section}
+    print()
+    print(busy.markdown(result))
+    stem = "-busy" + ("-quick" if args.quick else "")
+    for path in report.write(result, stem, busy.markdown):
+        print(f"wrote {path.relative_to(brokers.REPO_DIR)}")
+    return 0 if ok else 1
 
 
 def _groups(args: argparse.Namespace) -> int:

@@ -60,6 +60,8 @@ class BrokerKind:
     ready_line: str | None
     # None when this broker can run here, else the reason it cannot.
     unavailable: Callable[[], str | None]
+    # Where it runs: Fjord at another revision runs from that revision's own tree.
+    cwd: Path = REPO_DIR
 
 
 def tansu_binary() -> Path:
@@ -126,6 +128,42 @@ def _fjord_unavailable() -> str | None:
 TANSU = BrokerKind("tansu", "memory", _tansu_command, None, lambda: None)
 FJORD = BrokerKind("fjord", "disk (temp log dir)", _fjord_command, "started", _fjord_unavailable)
 KINDS = {kind.name: kind for kind in (FJORD, TANSU)}
+REVISIONS_DIR = BENCH_DIR / ".build" / "revisions"
+
+
+def fjord_at(ref: str) -> BrokerKind:
+    """Fjord as of git revision `ref`, exported to a tree of its own with its C module built
+    there, so that a change is measured against the revision before it in the same sitting."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"],
+        cwd=REPO_DIR,
+        capture_output=True,
+        text=True,
+    )
+    if commit.returncode:
+        raise BrokerError(f"no git revision {ref!r}: {commit.stderr.strip()}")
+    sha = commit.stdout.strip()
+    tree = REVISIONS_DIR / sha
+    if not (tree / "broker" / "__main__.py").exists():
+        tree.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.Popen(["git", "archive", sha], cwd=REPO_DIR, stdout=subprocess.PIPE)
+        subprocess.run(["tar", "-x", "-C", str(tree)], stdin=archive.stdout, check=True)
+        if archive.wait():
+            raise BrokerError(f"git archive {sha} failed")
+        subprocess.run(
+            [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+            cwd=tree,
+            check=True,
+            capture_output=True,
+        )
+    return BrokerKind(
+        f"fjord@{sha[:7]}",
+        FJORD.storage,
+        _fjord_command,
+        FJORD.ready_line,
+        FJORD.unavailable,
+        cwd=tree,
+    )
 
 
 def free_port() -> int:
@@ -143,7 +181,7 @@ def running(kind: BrokerKind, overrides: dict[str, str] | None = None) -> Iterat
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
                 kind.command(port, Path(scratch), overrides or {}),
-                cwd=REPO_DIR,
+                cwd=kind.cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -33,6 +33,8 @@ def compare(brokers: dict[str, dict]) -> dict[str, dict]:
 
 def markdown(result: dict) -> str:
     brokers, comparison = result["brokers"], result["comparison"]
+    # Fjord at other revisions (--against), each with this revision's ratio to it.
+    others = [name for name in brokers if name not in ("fjord", "tansu")]
     lines = [
         f"# Fjord vs Tansu: {result['label']}",
         "",
@@ -44,16 +46,22 @@ def markdown(result: dict) -> str:
         "each test on a freshly started broker after a warm-up, throughput the median of "
         f"{result['workload']['repetitions']} run(s).",
         "",
-        "| metric | Fjord | Tansu | Fjord/Tansu |",
-        "|---|---:|---:|---:|",
+        "| metric | Fjord | Tansu | Fjord/Tansu |"
+        + "".join(f" {name} | Fjord/{name} |" for name in others),
+        "|---|---:|---:|---:|" + "---:|---:|" * len(others),
     ]
     for metric in METRICS:
         cells = [_cell(brokers[name], metric) for name in ("fjord", "tansu")]
         ratio = comparison[metric.key]["ratio"]
         ratio_cell = "n/a" if ratio is None else f"{ratio:.2f}"
-        lines.append(f"| {metric.label} ({metric.unit}) | {cells[0]} | {cells[1]} | {ratio_cell} |")
+        row = f"| {metric.label} ({metric.unit}) | {cells[0]} | {cells[1]} | {ratio_cell} |"
+        for name in others:
+            fjord, other = _value(brokers["fjord"], metric.key), _value(brokers[name], metric.key)
+            ratio_cell = "n/a" if fjord is None or not other else f"{fjord / other:.2f}"
+            row += f" {_cell(brokers[name], metric)} | {ratio_cell} |"
+        lines.append(row)
     lines += ["", targets_line(comparison)]
-    for name in ("fjord", "tansu"):
+    for name in brokers:
         if brokers[name]["status"] != "ok":
             lines.append(f"{name}: {brokers[name]['status']}")
     return "\n".join(lines) + "\n"

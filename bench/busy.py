@@ -1,0 +1,306 @@
+"""Busy clients: the shape of production traffic, many small clients on one broker.
+
+Per broker (the reference first, then Fjord, then Fjord at another revision with --against):
+produce latency at 1,000 records/s on an idle broker (rdkafka_performance, one request per
+record), then for each connection count N, N connections each sending one small request a
+second (bench/swarm.py: a one-record Produce, then separately a small Fetch) while the same
+probe measures produce latency beside them. Reported: the probe's and the busy connections'
+p50/p99/p99.9, whether every request was answered, and the broker's CPU (in cores, over the
+probe's window) and memory (PSS, whole process tree) per connection.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from bench.brokers import REPO_DIR, Broker, BrokerError, BrokerKind, create_topics, running
+from bench.loadgen import LoadError, LoadGenerator
+
+REFERENCE_NOTE = "side by side with the reference broker"
+TOPIC = "bench-busy"
+MODES = ("produce", "fetch")
+
+
+@dataclass(frozen=True)
+class BusyPlan:
+    connections: tuple[int, ...]
+    rate_per_connection: float  # requests a second on each busy connection
+    record_size: int
+    partitions: int
+    probe_rate: int  # records a second, one request each
+    probe_warmup_s: int  # the probe's first seconds, not counted
+    probe_s: int  # the measured window
+    settle_s: float  # load running before the window opens
+    timeout_s: float
+
+
+FULL = BusyPlan(
+    connections=(1_000, 3_000, 10_000),
+    rate_per_connection=1.0,
+    record_size=100,
+    partitions=16,
+    probe_rate=1_000,
+    probe_warmup_s=2,
+    probe_s=20,
+    settle_s=5.0,
+    timeout_s=300.0,
+)
+QUICK = replace(FULL, connections=(300, 3_000), probe_s=5, settle_s=2.0, timeout_s=120.0)
+
+
+class BusyError(RuntimeError):
+    pass
+
+
+def measure(kind: BrokerKind, binary: Path, plan: BusyPlan) -> dict:
+    _raise_file_limit()  # inherited by the broker: each connection is a descriptor there too
+    with running(kind) as broker:
+        create_topics(broker, plan.partitions, [TOPIC])
+        generator = LoadGenerator(binary, broker.bootstrap, plan.timeout_s)
+        _probe(generator, plan, warm_up_only=True)
+        result = {"idle": {"probe_ms": _probe(generator, plan)}}
+        print(f"  {kind.name:<12} idle: probe {_describe(result['idle']['probe_ms'])}", flush=True)
+        for mode in MODES:
+            for connections in plan.connections:
+                point = _busy_point(broker, generator, mode, connections, plan)
+                result[f"{mode}-{connections}"] = point
+                print(f"  {kind.name:<12} {mode} x {connections:,}: {_summary(point)}", flush=True)
+        return result
+
+
+def _busy_point(
+    broker: Broker, generator: LoadGenerator, mode: str, connections: int, plan: BusyPlan
+) -> dict:
+    pid = broker.process.pid
+    memory_before = _pss_kb(pid)
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.swarm",
+        broker.bootstrap,
+        TOPIC,
+        str(plan.partitions),
+        mode,
+        str(connections),
+        str(plan.rate_per_connection),
+        str(plan.record_size),
+    ]
+    swarm = subprocess.Popen(
+        argv, cwd=REPO_DIR, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        if swarm.stdout.readline().strip() != "connected":
+            raise BusyError(f"{connections:,} connections could not be opened\n{broker.log_tail()}")
+        broker.check_alive()
+        time.sleep(plan.settle_s)  # a steady load before the window opens, not a synchronization
+        swarm.stdin.write("mark\n")
+        swarm.stdin.flush()
+        cpu_before, started = _cpu_s(pid), time.monotonic()
+        probe = _probe(generator, plan)
+        cpu_s, window_s = _cpu_s(pid) - cpu_before, time.monotonic() - started
+        memory = _pss_kb(pid)
+        swarm.stdin.write("stop\n")
+        swarm.stdin.flush()
+        busy = json.loads(swarm.stdout.readline())
+    finally:
+        swarm.stdin.close()
+        swarm.wait(plan.timeout_s)
+    broker.check_alive()
+    return {
+        "connections": connections,
+        "probe_ms": probe,
+        "busy": busy,
+        "broker_cpu_cores": cpu_s / window_s,
+        "broker_pss_mb": memory / 1024,
+        "pss_kb_per_connection": (memory - memory_before) / connections,
+    }
+
+
+def _probe(generator: LoadGenerator, plan: BusyPlan, *, warm_up_only: bool = False) -> dict:
+    warmup = plan.probe_rate * plan.probe_warmup_s
+    count = warmup + (0 if warm_up_only else plan.probe_rate * plan.probe_s)
+    try:
+        latencies = generator.produce_latencies_us(TOPIC, plan.record_size, plan.probe_rate, count)
+    except LoadError as error:
+        raise BusyError(f"the latency probe failed: {error}") from error
+    measured = sorted(latencies[warmup:])
+    if not measured:
+        return {}
+    return {
+        name: _percentile(measured, percent) / 1000
+        for name, percent in (("p50", 50), ("p99", 99), ("p99.9", 99.9))
+    }
+
+
+def _percentile(ordered: list[int], percent: float) -> float:
+    return ordered[max(1, math.ceil(len(ordered) * percent / 100)) - 1]
+
+
+def _raise_file_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and its descendants: a broker that serves connections from several processes is
+    measured whole."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(children.get(current, ()))
+    return found
+
+
+def _cpu_s(pid: int) -> float:
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for member in _tree(pid):
+        try:
+            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
+
+
+def _pss_kb(pid: int) -> int:
+    total = 0
+    for member in _tree(pid):
+        try:
+            rollup = Path(f"/proc/{member}/smaps_rollup").read_text()
+        except OSError:
+            continue
+        total += next(
+            int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:")
+        )
+    return total
+
+
+def _describe(probe: dict) -> str:
+    return ", ".join(f"{name} {value:.2f} ms" for name, value in probe.items())
+
+
+def _summary(point: dict) -> str:
+    busy = point["busy"]
+    latency = busy["latency_ms"] or {}
+    return (
+        f"probe {_describe(point['probe_ms'])}; busy "
+        + ", ".join(f"{name} {value:.1f} ms" for name, value in latency.items())
+        + f"; {busy['answered']:,} of {busy['sent']:,} answered, errors {busy['errors'] or 0}; "
+        f"broker {point['broker_cpu_cores']:.2f} cores, {point['broker_pss_mb']:,.0f} MB, "
+        f"{point['pss_kb_per_connection']:,.1f} KB per connection"
+    )
+
+
+def run(kinds: list[BrokerKind], binary: Path, plan: BusyPlan) -> tuple[dict, bool]:
+    section: dict = {"plan": asdict(plan), "brokers": {}}
+    ok = True
+    for kind in kinds:
+        reason = kind.unavailable()
+        if reason:
+            section["brokers"][kind.name] = {"status": f"skipped: {reason}"}
+            continue
+        try:
+            section["brokers"][kind.name] = {"status": "ok", **measure(kind, binary, plan)}
+        except (BrokerError, BusyError) as error:
+            print(f"  {kind.name} failed: {error}", file=sys.stderr, flush=True)
+            section["brokers"][kind.name] = {"status": f"failed: {str(error).splitlines()[0]}"}
+            ok = False
+    return section, ok
+
+
+def _rows(plan: dict) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(label, point key, path in the point) for each row of the table."""
+    rows = [
+        (f"idle produce {q} @ {plan['probe_rate']:,}/s (ms)", "idle", f"probe_ms.{q}")
+        for q in ("p50", "p99", "p99.9")
+    ]
+    for mode in MODES:
+        for n in plan["connections"]:
+            where = f"{mode} x {n:,}"
+            rows += [
+                (f"{where}: probe produce {q} (ms)", f"{mode}-{n}", ("probe_ms", q))
+                for q in ("p50", "p99", "p99.9")
+            ]
+            rows += [
+                (f"{where}: busy {mode} {q} (ms)", f"{mode}-{n}", ("busy", "latency_ms", q))
+                for q in ("p50", "p99", "p99.9")
+            ]
+            rows += [
+                (f"{where}: unanswered requests", f"{mode}-{n}", ("unanswered",)),
+                (f"{where}: broker CPU (cores)", f"{mode}-{n}", ("broker_cpu_cores",)),
+                (f"{where}: memory per connection (KB)", f"{mode}-{n}", ("pss_kb_per_connection",)),
+            ]
+    return rows
+
+
+def _value(broker: dict, key: str, path: tuple[str, ...]) -> float | None:
+    point = broker.get(key)
+    if point is None:
+        return None
+    if path == ("unanswered",):
+        busy = point["busy"]
+        return busy["sent"] - busy["answered"]
+    value = point
+    for part in path:
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def markdown(result: dict) -> str:
+    section = result["busy"]
+    brokers = section["brokers"]
+    names = list(brokers)
+    reference = names[0] if names else None
+    plan = section["plan"]
+    machine = result["machine"]
+    lines = [
+        f"# Busy clients: {result['label']}",
+        "",
+        f"{result['timestamp']} on {machine['cpus']} CPUs ({machine['cpu_model']}), Fjord at "
+        f"{result['versions']['fjord_commit']}. Each connection sends one request every "
+        f"{1 / plan['rate_per_connection']:g} s (a {plan['record_size']}-byte record with acks=1, "
+        f"or a Fetch of up to 1 KB from offset 0 with fetch.min.bytes 1) over {plan['partitions']} partitions; the "
+        f"probe is rdkafka_performance producing {plan['probe_rate']:,} records/s, one request "
+        f"each, over {plan['probe_s']} s after {plan['probe_warmup_s']} s of warm-up. Ratios are "
+        f"to {reference}; for latency and cost lower is better.",
+        "",
+        "| metric | "
+        + " | ".join(names)
+        + " | "
+        + " | ".join(f"{n}/{reference}" for n in names[1:])
+        + " |",
+        "|---|" + "---:|" * (2 * len(names) - 1),
+    ]
+    for label, key, path in _rows(plan):
+        values = [_value(brokers[name], key, path) for name in names]
+        cells = ["n/a" if v is None else f"{v:,.2f}" for v in values]
+        ratios = [
+            "n/a" if v is None or not values[0] else f"{v / values[0]:.2f}" for v in values[1:]
+        ]
+        lines.append(f"| {label} | " + " | ".join(cells + ratios) + " |")
+    lines.append("")
+    for name in names:
+        if brokers[name]["status"] != "ok":
+            lines.append(f"{name}: {brokers[name]['status']}")
+    return "\n".join(lines) + "\n"
