@@ -5,6 +5,7 @@ filters and projections, CTEs, a self-join of `source` and an aggregation."""
 from __future__ import annotations
 
 import pytest
+from streaming_copy import copy_exactly_once, source_view
 from test_spark_sink import committed_values
 from test_spark_source import create_topic, produce, topic_name
 
@@ -49,26 +50,14 @@ def test_a_checked_transformation_runs_exactly_once(
     create_topic(eos_broker.bootstrap, source, partitions=2)
     create_topic(eos_broker.bootstrap, sink, partitions=1)
     produce(eos_broker.bootstrap, source, RECORDS)
-    (
-        spark.readStream.format("fjord")
-        .option("kafka.bootstrap.servers", eos_broker.bootstrap)
-        .option("subscribe", source)
-        .option("startingOffsets", "earliest")
-        .load()
-        .createOrReplaceTempView("source")
-    )
+    source_view(spark, eos_broker.bootstrap, source)
     transformed = checked_query(spark, transformation)
-    query = (
-        transformed.writeStream.format("fjord")
-        .outputMode(output_mode(transformed))
-        .option("kafka.bootstrap.servers", eos_broker.bootstrap)
-        .option("topic", sink)
-        .option("exactlyOnce", "true")
-        .option("transactionalIdPrefix", prefix)
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
+    copy_exactly_once(
+        transformed,
+        eos_broker.bootstrap,
+        sink,
+        prefix,
+        tmp_path / "checkpoint",
+        output_mode(transformed),
     )
-    query.awaitTermination()
-    assert query.exception() is None
     assert committed_values(spark, eos_broker.bootstrap, sink) == expected

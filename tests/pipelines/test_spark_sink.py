@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 from pyspark.sql.types import StringType, StructField, StructType
+from streaming_copy import copy_exactly_once, source_view
 from test_spark_source import create_topic, produce, read_batch, topic_name
 
 from broker.client import AdminClient, Producer
@@ -146,28 +147,10 @@ def test_exactly_once_streaming_copy(spark, eos_broker, tmp_path, transformation
         source,
         [{"value": f"r{i}".encode(), "partition": i % 3} for i in range(3000)],
     )
-    (
-        spark.readStream.format("fjord")
-        .option("kafka.bootstrap.servers", eos_broker.bootstrap)
-        .option("subscribe", source)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "1000")
-        .load()
-        .createOrReplaceTempView("source")
+    source_view(spark, eos_broker.bootstrap, source, maxOffsetsPerTrigger="1000")
+    query = copy_exactly_once(
+        spark.sql(transformation), eos_broker.bootstrap, sink, prefix, tmp_path / "checkpoint"
     )
-    query = (
-        spark.sql(transformation)
-        .writeStream.format("fjord")
-        .option("kafka.bootstrap.servers", eos_broker.bootstrap)
-        .option("topic", sink)
-        .option("exactlyOnce", "true")
-        .option("transactionalIdPrefix", prefix)
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    assert query.exception() is None
     assert len(query.recentProgress) >= 3  # maxOffsetsPerTrigger made several batches
     assert committed_values(spark, eos_broker.bootstrap, sink) == sorted(f"R{i}" for i in kept)
     assert open_transactions(eos_broker.bootstrap, prefix) == []
