@@ -128,7 +128,8 @@ def _fjord_unavailable() -> str | None:
 TANSU = BrokerKind("tansu", "memory", _tansu_command, None, lambda: None)
 FJORD = BrokerKind("fjord", "disk (temp log dir)", _fjord_command, "started", _fjord_unavailable)
 KINDS = {kind.name: kind for kind in (FJORD, TANSU)}
-REVISIONS_DIR = BENCH_DIR / ".build" / "revisions"
+# Outside the repository, so that linters, test collection and code search never read them.
+REVISIONS_DIR = Path(tempfile.gettempdir()) / "fjord-bench-revisions"
 
 
 def fjord_at(ref: str) -> BrokerKind:
