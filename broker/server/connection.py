@@ -273,7 +273,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             replication=api_key == FETCH_KEY and replica_id(request.body) >= 0,
         )
         request_bytes = len(payload) + 4
-        self.broker.metrics.request_bytes.labels(spec.name).inc(request_bytes)
+        self.broker.metrics.requests.api(api_key, spec.name).request_bytes += request_bytes
         try:
             result = spec.handler(self.broker, ctx, request.body)
         except Exception:
@@ -350,9 +350,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # From every API's specs, not the advertised ones: UpdateFeatures may stop advertising
         # an API (group.version 0) while one of its requests is still being answered.
         name = API_SPECS[ctx.api_key].name
-        metrics = self.broker.metrics
-        metrics.requests.labels(name).inc()
-        metrics.request_latency.labels(name).observe(time.perf_counter() - started)
+        stats = self.broker.metrics.requests.api(ctx.api_key, name)
+        stats.observe(time.perf_counter() - started)
         if response is CLOSE_CONNECTION:
             slot.close = True
             return
@@ -382,7 +381,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             # at a time, so its mute catches the next one).
             self._mute(max(throttle_ms, given_ms))
         if slot.payload is not None:
-            metrics.response_bytes.labels(name).inc(response_bytes)
+            stats.response_bytes += response_bytes
 
     def _encode(self, slot: _Slot, ctx: RequestContext, name: str, response) -> bool:
         try:

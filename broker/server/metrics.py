@@ -12,53 +12,22 @@ import time
 from collections.abc import Callable, Iterable
 from urllib.parse import urlsplit
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from broker.coordinator.transaction_records import TransactionState
 from broker.quota.quota_manager import monotonic_ms
+from broker.server.request_metrics import RequestMetrics
 
 log = logging.getLogger("broker.metrics")
-
-LATENCY_BUCKETS = (
-    0.0001,
-    0.00025,
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-)
 
 
 class BrokerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("fjord_requests", "Requests handled, by API.", ["api"], registry=r)
-        self.request_latency = Histogram(
-            "fjord_request_latency_seconds",
-            "Time from a request's arrival to its response, by API.",
-            ["api"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.request_bytes = Counter(
-            "fjord_request_bytes", "Bytes received in requests, by API.", ["api"], registry=r
-        )
-        self.response_bytes = Counter(
-            "fjord_response_bytes", "Bytes sent in responses, by API.", ["api"], registry=r
-        )
+        self.requests = RequestMetrics()
+        r.register(self.requests)
         self.connections = Gauge(
             "fjord_connections", "Open client connections, by listener.", ["listener"], registry=r
         )

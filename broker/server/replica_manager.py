@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from kio.schema.errors import ErrorCode
 
-from broker.config import BrokerConfig
+from broker.config import TOPIC_CONFIGS, TOPIC_TO_BROKER, BrokerConfig
 from broker.fetch_session import FetchSessionCache
 from broker.metadata.cluster import NO_LEADER, PartitionRegistration
 from broker.metadata.image import MetadataImage, TopicMetadata
@@ -102,8 +102,6 @@ class ReplicaManager:
 
     def log_config(self, topic: TopicMetadata | None) -> LogConfig:
         """Broker defaults overlaid with the topic's overrides, as typed values."""
-        from broker.config import TOPIC_CONFIGS
-
         values = self.config.topic_defaults()
         if topic is not None:
             for name, raw in topic.configs.items():
@@ -128,11 +126,10 @@ class ReplicaManager:
         )
 
     def topic_config_value(self, topic: TopicMetadata, name: str) -> object:
-        from broker.config import TOPIC_CONFIGS, TOPIC_TO_BROKER
-
-        if name in topic.configs:
-            return TOPIC_CONFIGS[name].parse(topic.configs[name])
-        return self.config[TOPIC_TO_BROKER[name]]
+        raw = topic.configs.get(name)
+        if raw is None:
+            return self.config[TOPIC_TO_BROKER[name]]
+        return _parsed_topic_config(name, raw)
 
     def reconfigure(self, topics: Iterable[TopicMetadata] | None = None) -> None:
         """Push changed configs into the open logs (after AlterConfigs)."""
@@ -508,3 +505,20 @@ class ReplicaManager:
         if hosted is None or not hosted.is_leader:
             return None
         return self.superseded.newer_than(tp, hosted.leader_epoch)
+
+
+_PARSED: dict[tuple[str, str], object] = {}
+
+
+def _parsed_topic_config(name: str, raw: str) -> object:
+    """A topic override's value, parsed once: Produce reads several per request. Lists
+    (cleanup.policy) are parsed each time, so no caller can change another's."""
+    key = (name, raw)
+    value = _PARSED.get(key)
+    if value is None:
+        value = TOPIC_CONFIGS[name].parse(raw)
+        if isinstance(value, list | dict | set):
+            return value
+        if len(_PARSED) < 10_000:  # bounded: overrides are few, but each distinct value counts
+            _PARSED[key] = value
+    return value
