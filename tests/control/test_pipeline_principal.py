@@ -22,12 +22,13 @@ from broker_process import BrokerProcess, free_port
 from confluent_kafka import KafkaException, Producer
 from django.db import connection
 from jobs_support import make_topic
-from test_pipelines_rest import (
+from pipelines_support import (
     CommittedReader,
     committed_to_end,
     definition,
     produce,
     run_state,
+    upper_case_copy,
     wait_run,
 )
 
@@ -301,23 +302,9 @@ def test_a_pipeline_runs_exactly_once_as_its_principal_and_nothing_else(
     """The run processes are spawned as the Celery task does (lifecycle.spawn), with the
     control plane's environment: its secrets must not reach Spark."""
     source, sink, other = unique("src"), unique("sink"), unique("other")
-    for topic in (source, sink, other):
-        make_topic(secured.bootstrap, topic, 1)
-    produce(secured.bootstrap, source, [b"r%d" % i for i in range(20)])
-    created = operator_api.post(
-        "/api/v1/pipelines/",
-        definition(
-            unique,
-            source_topics=[source],
-            sink_topic=sink,
-            starting_offsets="earliest",
-            transformation="SELECT key, upper(cast(value AS string)) AS value FROM source",
-            trigger_interval_ms=200,
-        ),
-        format="json",
-    )
-    assert created.status_code == 201, created.data
-    pipeline = Pipeline.objects.get(pk=created.data["id"])
+    make_topic(secured.bootstrap, other, 1)
+    created = upper_case_copy(operator_api, unique, secured.bootstrap, source, sink, 20)
+    pipeline = Pipeline.objects.get(pk=created["id"])
     for name, value in {
         "DJANGO_SETTINGS_MODULE": "control.settings_test",
         "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{connection.settings_dict['NAME']}",

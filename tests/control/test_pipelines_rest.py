@@ -7,31 +7,25 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from datetime import timedelta
 
 import pytest
-from confluent_kafka import Consumer as ConfluentConsumer
-from confluent_kafka import KafkaException, TopicPartition
-from confluent_kafka import Producer as ConfluentProducer
 from django.utils import timezone
-from jobs_support import make_topic
+from pipelines_support import (
+    CommittedReader,
+    committed_to_end,
+    definition,
+    produce,
+    run_state,
+    upper_case_copy,
+    wait_run,
+)
 
 from api.models import AuditEntry
 from pipelines import lifecycle
 from pipelines.models import Pipeline, PipelineRun
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def definition(unique, **fields) -> dict:
-    return {
-        "name": unique("pipe"),
-        "source_topics": ["in"],
-        "sink_topic": "out",
-        "transformation": "SELECT key, value FROM source",
-        **fields,
-    }
 
 
 @pytest.mark.django_db
@@ -194,110 +188,11 @@ def test_viewers_never_see_a_secret_in_options_or_errors(
     assert '"maxOffsetsPerTrigger":"10"' in shown
 
 
-def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
-    producer = ConfluentProducer({"bootstrap.servers": bootstrap})
-    for v in values:
-        producer.produce(topic, v)
-    assert producer.flush(30) == 0
-
-
-class CommittedReader:
-    """A read_committed confluent-kafka consumer of the sink topic, gathering what it reads."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.consumer = ConfluentConsumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"{topic}-reader",
-                "isolation.level": "read_committed",
-                "auto.offset.reset": "earliest",
-            }
-        )
-        self.consumer.subscribe([topic])
-        self.values: list[bytes] = []
-
-    def until(self, count: int, timeout: float = 120) -> list[bytes]:
-        deadline = time.monotonic() + timeout
-        while len(self.values) < count and time.monotonic() < deadline:
-            for message in self.consumer.consume(500, 0.5):
-                if not message.error():
-                    self.values.append(message.value())
-        return sorted(self.values)
-
-    def close(self) -> None:
-        self.consumer.close()
-
-
-def committed_to_end(bootstrap: str, topic: str) -> list[bytes]:
-    """What the topic holds for a read_committed reader now: a fresh consumer reads each
-    partition once from its start to the end the broker gives at this moment (for
-    read_committed, the last stable offset), so what comes later is not waited for."""
-    consumer = ConfluentConsumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"{topic}-to-end",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    try:
-        partitions = list(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
-        ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), 30)[1] for p in partitions
-        }
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        values: list[bytes] = []
-        deadline = time.monotonic() + 60
-        while unread := [
-            tp.partition
-            for tp in consumer.position([TopicPartition(topic, p) for p in partitions])
-            if ends[tp.partition] > 0 and tp.offset < ends[tp.partition]
-        ]:
-            assert time.monotonic() < deadline, f"{topic}: partitions {unread} not read to {ends}"
-            for message in consumer.consume(500, 0.5):
-                if message.error():
-                    raise KafkaException(message.error())
-                values.append(message.value())
-        return sorted(values)
-    finally:
-        consumer.close()
-
-
-def run_state(pk: int) -> str:
-    run = PipelineRun.objects.get(pk=pk)
-    return f"run {pk} is {run.status}: {run.last_error}\n{lifecycle.log_tail(run)}"
-
-
-def wait_run(pk: int, predicate, what: str, timeout: float = 120) -> PipelineRun:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = PipelineRun.objects.get(pk=pk)
-        if predicate(run):
-            return run
-        time.sleep(0.2)
-    raise AssertionError(f"waiting for {what}: {run_state(pk)}")
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_pipeline_runs_stops_dies_and_resumes_exactly_once(worker_settings, operator_api, unique):
     bootstrap = worker_settings.bootstrap
     source, sink = unique("pipe-in"), unique("pipe-out")
-    make_topic(bootstrap, source, 2)
-    make_topic(bootstrap, sink, 1)
-    produce(bootstrap, source, [b"r%d" % i for i in range(100)])
-    created = operator_api.post(
-        "/api/v1/pipelines/",
-        definition(
-            unique,
-            source_topics=[source],
-            sink_topic=sink,
-            starting_offsets="earliest",
-            transformation="SELECT key, upper(cast(value AS string)) AS value FROM source",
-            trigger_interval_ms=200,
-        ),
-        format="json",
-    )
-    pk = created.data["id"]
+    pk = upper_case_copy(operator_api, unique, bootstrap, source, sink, 100, partitions=2)["id"]
     reader = CommittedReader(bootstrap, sink)
     try:
         started = operator_api.post(f"/api/v1/pipelines/{pk}/start/")
