@@ -18,6 +18,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 from broker.protocol import frame_bounds, legacy
+from broker.protocol.compiled_writers import compiled_writer
 
 _KEY_VERSION = struct.Struct(">hh")
 _INT32 = struct.Struct(">i")
@@ -135,8 +136,8 @@ def encode_response(correlation_id: int, response: Any) -> list[bytes | memoryvi
         return legacy.encode_response(correlation_id, response)
     out = _Chunks()
     header_schema = type(response).__header_schema__
-    _writer(header_schema)(out, header_schema(correlation_id=correlation_id))
-    _writer(type(response))(out, response)
+    compiled_writer(header_schema)(out, header_schema(correlation_id=correlation_id))
+    compiled_writer(type(response))(out, response)
     return out.finish()
 
 

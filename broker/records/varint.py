@@ -6,14 +6,19 @@ from __future__ import annotations
 _MAX_VARLONG_BYTES = 10
 
 
-def _zigzag_bytes(value: int) -> bytes:
-    z = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
+def unsigned_varint_bytes(value: int) -> bytes:
+    """`value` (>= 0) seven bits a byte, low bits first: also the protocol's unsigned varints
+    (compact lengths, KIP-482)."""
     out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
     return bytes(out)
+
+
+def _zigzag_bytes(value: int) -> bytes:
+    return unsigned_varint_bytes(((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
 
 # Values of one or two bytes (lengths, deltas, counts of a producer's records) come from a
