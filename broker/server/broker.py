@@ -44,6 +44,7 @@ from broker.server.cluster_runtime import ClusterRuntime
 from broker.server.connection import KafkaConnection
 from broker.server.connection_quotas import ConnectionQuotas
 from broker.server.coordinator_runtime import CoordinatorRuntime
+from broker.server.loop_monitor import LoopMonitor
 from broker.server.metrics import BrokerMetrics, serve_metrics
 from broker.server.replica_manager import ReplicaManager
 from broker.server.transaction_runtime import TransactionRuntime
@@ -74,6 +75,8 @@ class Broker:
         self.features = FinalizedFeatures()  # the store's, from start()
         self._refresh_api_specs()
         self.metrics = BrokerMetrics()
+        self.loop_monitor = LoopMonitor()
+        self.metrics.registry.register(self.loop_monitor)
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self.metrics.add_fetch_session_gauges(self.fetch_sessions)
         self.connections: set[KafkaConnection] = set()
@@ -247,6 +250,7 @@ class Broker:
             await self.cluster.until_unfenced()
         for server in self._servers:
             await server.start_serving()
+        self.loop_monitor.start()
         addresses = ", ".join(f"{n}://{h or '0.0.0.0'}:{p}" for n, (h, p) in self.bound.items())
         log.info(
             "Fjord broker %d started (cluster %s), listening on %s",
@@ -262,6 +266,7 @@ class Broker:
                     self.config["broker.session.timeout.ms"] / 1000
                 )
             await self.cluster.stop()
+        self.loop_monitor.stop()
         self.coordinator_runtime.stop()
         await self.transaction_runtime.stop()
         self.log_cleaner.shutdown()  # a round in progress stops at its next batch

@@ -2,15 +2,14 @@
 TotalTimeMs by request), kept as plain numbers and turned into Prometheus families only when
 scraped.
 
-Every request updates them, so they cost what a few additions cost: no label look-up, no lock
-(prometheus_client's metrics take a lock per update; the event loop is the only writer here).
+Every request updates them, so they cost what a few additions cost (see histogram.py).
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
-
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
+from broker.server.histogram import Histogram
 
 LATENCY_BUCKETS = (
     0.0001,
@@ -36,23 +35,19 @@ LATENCY_BUCKETS = (
 class ApiStats:
     """One API's figures since the broker started."""
 
-    __slots__ = ("name", "requests", "request_bytes", "response_bytes", "latency", "latency_sum")
+    __slots__ = ("name", "requests", "request_bytes", "response_bytes", "latency")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.requests = 0
         self.request_bytes = 0
         self.response_bytes = 0
-        # Per bucket, not cumulative; the last one is +Inf.
-        self.latency = [0] * (len(LATENCY_BUCKETS) + 1)
-        self.latency_sum = 0.0
+        self.latency = Histogram(LATENCY_BUCKETS)
 
     def observe(self, seconds: float) -> None:
-        """A request answered `seconds` after it arrived (a bucket holds values <= its bound,
-        as Prometheus' `le`)."""
+        """A request answered `seconds` after it arrived."""
         self.requests += 1
-        self.latency[bisect_left(LATENCY_BUCKETS, seconds)] += 1
-        self.latency_sum += seconds
+        self.latency.observe(seconds)
 
 
 class RequestMetrics:
@@ -83,15 +78,10 @@ class RequestMetrics:
             "Time from a request's arrival to its response, by API.",
             labels=["api"],
         )
-        bounds = [repr(float(bound)) for bound in LATENCY_BUCKETS] + ["+Inf"]
         for stats in list(self._stats.values()):
             labels = [stats.name]
             requests.add_metric(labels, stats.requests)
             request_bytes.add_metric(labels, stats.request_bytes)
             response_bytes.add_metric(labels, stats.response_bytes)
-            cumulative, buckets = 0, []
-            for bound, count in zip(bounds, stats.latency, strict=True):
-                cumulative += count
-                buckets.append((bound, cumulative))
-            latency.add_metric(labels, buckets, stats.latency_sum)
+            latency.add_metric(labels, stats.latency.buckets(), stats.latency.total)
         yield from (requests, request_bytes, response_bytes, latency)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import time
 
 from kafka_requests import ms, req
 
 from broker.records.batch import build_batch
+from broker.server.loop_monitor import INTERVAL_S
 
 
 async def scrape(broker, path="/metrics") -> tuple[str, str]:
@@ -93,3 +96,31 @@ async def test_log_cleaner_metrics(broker, broker_client):
     assert metric(body, "fjord_log_cleaner_uncleanable_partitions") == 0
     assert 0 < metric(body, "fjord_log_cleaner_buffer_utilization") < 1
     assert metric(body, "fjord_log_cleaner_seconds_since_last_run") >= 0
+
+
+async def test_a_held_event_loop_shows_as_lag(broker):
+    """Holding the loop (here on purpose, as a blocking call would) is what clients feel as
+    tail latency: the lag metric must show it, and the next ticks must still run."""
+    _, before = await scrape(broker)
+    assert metric(before, "fjord_event_loop_lag_max_seconds") < 0.3
+    ticks = metric(before, "fjord_event_loop_lag_seconds_count")
+    time.sleep(0.3)  # the fault under test: the loop held, not a wait for something
+    while True:
+        _, body = await scrape(broker)
+        if metric(body, "fjord_event_loop_lag_seconds_count") > ticks:
+            break
+        await asyncio.sleep(0.05)
+    # The tick due next was at most one interval into the hold.
+    assert metric(body, "fjord_event_loop_lag_max_seconds") >= 0.3 - INTERVAL_S
+    assert metric(body, 'fjord_event_loop_lag_seconds_bucket{le="0.1"}') < metric(
+        body, "fjord_event_loop_lag_seconds_count"
+    )
+
+
+async def test_garbage_collections_are_timed_by_generation(broker):
+    _, before = await scrape(broker)
+    collections = metric(before, 'fjord_gc_pause_seconds_count{generation="2"}')
+    gc.collect()
+    _, body = await scrape(broker)
+    assert metric(body, 'fjord_gc_pause_seconds_count{generation="2"}') == collections + 1
+    assert metric(body, 'fjord_gc_pause_seconds_sum{generation="2"}') > 0
