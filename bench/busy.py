@@ -51,9 +51,9 @@ FULL = BusyPlan(
     probe_warmup_s=2,
     probe_s=20,
     settle_s=5.0,
-    timeout_s=300.0,
+    timeout_s=120.0,
 )
-QUICK = replace(FULL, connections=(300, 3_000), probe_s=5, settle_s=2.0, timeout_s=120.0)
+QUICK = replace(FULL, connections=(300, 3_000), probe_s=5, settle_s=2.0, timeout_s=60.0)
 
 
 class BusyError(RuntimeError):
@@ -70,9 +70,20 @@ def measure(kind: BrokerKind, binary: Path, plan: BusyPlan) -> dict:
         print(f"  {kind.name:<12} idle: probe {_describe(result['idle']['probe_ms'])}", flush=True)
         for mode in MODES:
             for connections in plan.connections:
-                point = _busy_point(broker, generator, mode, connections, plan)
+                try:
+                    point = _busy_point(broker, generator, mode, connections, plan)
+                except BusyError as error:
+                    # The broker still runs (a dead one raises BrokerError): the next points
+                    # are measured; this one says why it has no figures.
+                    point = {"error": str(error).splitlines()[0]}
+                    print(
+                        f"  {kind.name:<12} {mode} x {connections:,}: failed, {error}", flush=True
+                    )
+                else:
+                    print(
+                        f"  {kind.name:<12} {mode} x {connections:,}: {_summary(point)}", flush=True
+                    )
                 result[f"{mode}-{connections}"] = point
-                print(f"  {kind.name:<12} {mode} x {connections:,}: {_summary(point)}", flush=True)
         return result
 
 
@@ -254,7 +265,7 @@ def _rows(plan: dict) -> list[tuple[str, str, tuple[str, ...]]]:
 
 def _value(broker: dict, key: str, path: tuple[str, ...]) -> float | None:
     point = broker.get(key)
-    if point is None:
+    if point is None or "error" in point:
         return None
     if path == ("unanswered",):
         busy = point["busy"]
@@ -303,4 +314,7 @@ def markdown(result: dict) -> str:
     for name in names:
         if brokers[name]["status"] != "ok":
             lines.append(f"{name}: {brokers[name]['status']}")
+        for key, point in brokers[name].items():
+            if isinstance(point, dict) and "error" in point:
+                lines.append(f"{name}, {key.replace('-', ' x ')}: {point['error']}")
     return "\n".join(lines) + "\n"
