@@ -26,6 +26,10 @@ from bench.loadgen import LoadError, LoadGenerator
 
 REFERENCE_NOTE = "side by side with the reference broker"
 TOPIC = "bench-busy"
+# Fetches read a topic of its own, a few records a partition, so that every broker's answer
+# is as small (one that ignores partition_max_bytes included) whatever the produce points wrote.
+FETCH_TOPIC = "bench-busy-fetch"
+FETCH_RECORDS_PER_PARTITION = 8
 MODES = ("produce", "fetch")
 
 
@@ -63,8 +67,14 @@ class BusyError(RuntimeError):
 def measure(kind: BrokerKind, binary: Path, plan: BusyPlan) -> dict:
     _raise_file_limit()  # inherited by the broker: each connection is a descriptor there too
     with running(kind) as broker:
-        create_topics(broker, plan.partitions, [TOPIC])
+        create_topics(broker, plan.partitions, [TOPIC, FETCH_TOPIC])
         generator = LoadGenerator(binary, broker.bootstrap, plan.timeout_s)
+        try:
+            generator.produce(
+                FETCH_TOPIC, plan.record_size, FETCH_RECORDS_PER_PARTITION * plan.partitions
+            )
+        except LoadError as error:
+            raise BrokerError(f"filling {FETCH_TOPIC} failed: {error}") from error
         _probe(generator, plan, warm_up_only=True)
         result = {"idle": {"probe_ms": _probe(generator, plan)}}
         print(f"  {kind.name:<12} idle: probe {_describe(result['idle']['probe_ms'])}", flush=True)
@@ -97,7 +107,7 @@ def _busy_point(
         "-m",
         "bench.swarm",
         broker.bootstrap,
-        TOPIC,
+        TOPIC if mode == "produce" else FETCH_TOPIC,
         str(plan.partitions),
         mode,
         str(connections),
