@@ -8,7 +8,8 @@ transactions and per-API request figures are nested lists and maps.
 
 Each broker of a cluster is summarized on its own, against its own counters (kept by endpoint),
 and the summaries are then added up: a broker that restarts or stops answering leaves the
-others' rates as they are, where one sum of every broker's counters would jump.
+others' rates as they are, where one sum of every broker's counters would jump. What holds a
+broker's event loop (BROKER_FIELDS) is its own and stays in its row of "endpoints".
 """
 
 from __future__ import annotations
@@ -66,6 +67,18 @@ SCALAR_FIELDS = (
 # Scalars of several brokers that are not added up: the oldest transaction and the largest lag
 # are those of the broker where they are.
 MAXIMUM_FIELDS = frozenset({"transactions_oldest_age_seconds", "replica_fetcher_lag_max"})
+# Each broker's own figures, never added up, in its row of "endpoints": what held its event
+# loop (broker.server.loop_monitor) and its garbage collector's pauses. None where its endpoint
+# lacks them (a broker older than them, or one that did not answer).
+BROKER_FIELDS = (
+    "event_loop_lag_max_ms",
+    "event_loop_lag_mean_ms",
+    "gc_collections_total",
+    "gc_gen2_collections_total",
+    "gc_gen2_pause_mean_ms",
+    "gc_gen2_pause_time_ms_total",
+    "gc_frozen_objects",
+)
 
 # A partition's, an API's, a quota entity's or an ip's figures in a snapshot.
 Row = dict[str, Any]
@@ -92,9 +105,15 @@ def _samples(families: Iterable[Metric]) -> dict[str, list[tuple[dict[str, str],
     return found
 
 
-def _scalar(samples: dict[str, list[tuple[dict[str, str], float]]], name: str) -> float:
+def _served(samples: dict[str, list[tuple[dict[str, str], float]]], name: str) -> float | None:
+    """The value of a sample without labels; None when the endpoint does not serve it."""
     values = samples.get(name)
-    return values[0][1] if values else 0.0
+    return values[0][1] if values else None
+
+
+def _scalar(samples: dict[str, list[tuple[dict[str, str], float]]], name: str) -> float:
+    value = _served(samples, name)
+    return 0.0 if value is None else value
 
 
 def _by_api(samples: dict[str, list[tuple[dict[str, str], float]]], name: str) -> dict[str, float]:
@@ -232,6 +251,44 @@ def _connections_throttled(
     return rows, counters
 
 
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000
+
+
+def _mean_ms(seconds: float | None, count: float | None) -> float | None:
+    """The mean in ms of `count` observations of `seconds` in all; None when there are none."""
+    return seconds / count * 1000 if seconds is not None and count else None
+
+
+def _count(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def _event_loop(samples: dict[str, list[tuple[dict[str, str], float]]]) -> dict[str, Any]:
+    """A broker's BROKER_FIELDS: the longest lag of its event loop in the last ten seconds and
+    the mean since it started, in ms; its collections (all generations), and the pauses of
+    those of the oldest generation (2), which walk every live object not frozen. Means of
+    nothing are None."""
+
+    def by_generation(name: str) -> dict[str, float]:
+        return {labels.get("generation", ""): value for labels, value in samples.get(name, [])}
+
+    collections = by_generation("fjord_gc_pause_seconds_count")
+    gen2, gen2_paused = collections.get("2"), by_generation("fjord_gc_pause_seconds_sum").get("2")
+    return {
+        "event_loop_lag_max_ms": _ms(_served(samples, "fjord_event_loop_lag_max_seconds")),
+        "event_loop_lag_mean_ms": _mean_ms(
+            _served(samples, "fjord_event_loop_lag_seconds_sum"),
+            _served(samples, "fjord_event_loop_lag_seconds_count"),
+        ),
+        "gc_collections_total": int(sum(collections.values())) if collections else None,
+        "gc_gen2_collections_total": _count(gen2),
+        "gc_gen2_pause_mean_ms": _mean_ms(gen2_paused, gen2),
+        "gc_gen2_pause_time_ms_total": _ms(gen2_paused),
+        "gc_frozen_objects": _count(_served(samples, "fjord_gc_frozen_objects")),
+    }
+
+
 def _total(rates: list[float | None], previous: Any) -> float | None:
     """The sum of per-entity rates; None when any is unknown or nothing to compare with."""
     return sum(rates) if previous and None not in rates else None
@@ -267,7 +324,7 @@ def summarize(
         calls = _rate(latency_count.get(api, 0.0), prev_api("latency_count", api), elapsed)
         spent = _rate(latency_sum.get(api, 0.0), prev_api("latency_sum", api), elapsed)
         # Mean latency of the requests answered since the previous sample, not since start-up.
-        latency_ms = spent / calls * 1000 if calls and spent is not None else None
+        latency_ms = _mean_ms(spent, calls)
         per_api[api] = {
             "requests_total": int(requests[api]),
             "requests_per_second": rate,
@@ -336,6 +393,7 @@ def summarize(
         "replica_fetcher_lag_max": max(
             (value for _, value in samples.get("fjord_replica_fetcher_lag", [])), default=0
         ),
+        **_event_loop(samples),
         "counters": {
             "requests": requests,
             "request_bytes": request_bytes,
@@ -372,14 +430,15 @@ def sample_brokers(
     for url, families in zip(urls, scraped, strict=True):
         if isinstance(families, Exception):
             errors.append(f"{url}: {families}")
-            status.append({"url": url, "status": "unreachable"})
+            status.append({"url": url, "status": "unreachable", **dict.fromkeys(BROKER_FIELDS)})
             continue
         # Counters are kept by endpoint; an endpoint missing from the previous snapshot (it did
         # not answer then, or the snapshot predates this layout) has no rates yet.
         own = before.get(url)
         own_previous = {"counters": own} if isinstance(own, dict) else None
         summaries[url] = summarize(families, own_previous, elapsed)
-        status.append({"url": url, "status": "up"})
+        own_figures = {field: summaries[url][field] for field in BROKER_FIELDS}
+        status.append({"url": url, "status": "up", **own_figures})
     if not summaries:
         return {**unreachable("; ".join(errors) or "no metrics endpoint"), "endpoints": status}
     data = _added_up(list(summaries.values()))

@@ -90,12 +90,30 @@ def _number(help_text: str) -> serializers.FloatField:
 
 
 class MetricsEndpointSerializer(serializers.Serializer):
+    """One broker's metrics endpoint, and what held that broker's event loop: its own figures,
+    not added up; null where its endpoint lacks them (a broker older than them) or did not
+    answer."""
+
     url = serializers.CharField()
     status = serializers.ChoiceField(["up", "unreachable"])
     down_since = serializers.DateTimeField(
         required=False,
         help_text="Unreachable ones: when the first sample of this outage was taken.",
     )
+    event_loop_lag_max_ms = _number(
+        "The longest event loop lag of the last ten seconds, in ms: how late a timer due every "
+        "0.1 s ran, the time the loop was held."
+    )
+    event_loop_lag_mean_ms = _number("The mean event loop lag since the broker started, in ms.")
+    gc_collections_total = _number("Garbage collections of any generation since it started.")
+    gc_gen2_collections_total = _number(
+        "Garbage collections of the oldest generation (2), which walk every live object not frozen."
+    )
+    gc_gen2_pause_mean_ms = _number(
+        "The mean pause of a generation-2 collection, in ms; null before the first."
+    )
+    gc_gen2_pause_time_ms_total = _number("Time held by generation-2 collections, in ms.")
+    gc_frozen_objects = _number("Objects frozen out of the collector's reach at start-up.")
 
 
 class MetricSnapshotSerializer(serializers.Serializer):
@@ -110,7 +128,11 @@ class MetricSnapshotSerializer(serializers.Serializer):
     error = serializers.CharField(
         allow_null=True, required=False, help_text="What the endpoints that failed answered."
     )
-    endpoints = MetricsEndpointSerializer(many=True, required=False)
+    endpoints = MetricsEndpointSerializer(
+        many=True,
+        required=False,
+        help_text="Each broker's endpoint, with what held its event loop (not added up).",
+    )
     partitions = PartitionOffsetsSerializer(many=True, required=False)
     transactions = OngoingTransactionSerializer(many=True, required=False)
     transactions_error = serializers.CharField(allow_null=True, required=False)

@@ -44,7 +44,8 @@ class MetricsViewSet(viewsets.ViewSet):
     @action(detail=False)
     def current(self, request: Request) -> Response:
         """The latest sample: offsets per partition, producer ids, ongoing transactions with
-        their age, fetch-session cache, throughput and request rates."""
+        their age, fetch-session cache, throughput and request rates, and by endpoint each
+        broker's event loop lag and garbage collection pauses."""
         snapshot = sampling.latest()
         if snapshot is None:
             raise NotFound("No metrics sample has been taken yet.")

@@ -1,7 +1,7 @@
 """The control plane over a three-broker cluster (real broker processes sharing a throwaway
 PostgreSQL database): the Brokers page and its REST endpoints, replicas and ISR on topic
-pages, and the dashboard's metrics added up over every broker's endpoint, before and after a
-broker dies."""
+pages, and the dashboard's metrics added up over every broker's endpoint (what held each one's
+event loop kept its own), before and after a broker dies."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from broker_process import BrokerProcess, free_port
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from django.urls import reverse
+from event_loop_support import assert_event_loop_figures, event_loop_timed
 from polling import wait_for
 from postgres_database import throwaway_database
 
@@ -196,6 +197,8 @@ def test_a_dead_broker_is_fenced_and_its_partitions_under_replicated(
     for i in range(9):
         producer.produce(name, f"record-{i}".encode(), partition=i % 3)
     assert producer.flush(30) == 0
+    for broker in cluster_settings.values():
+        event_loop_timed(broker.metrics_url)
     before = sampling.sample()
     listed = wait_for(lambda: brokers_listed(viewer_api, set(NODES)), WAIT_S, "three live brokers")
     victim = next(b["id"] for b in listed if not b["controller"])
@@ -217,6 +220,9 @@ def test_a_dead_broker_is_fenced_and_its_partitions_under_replicated(
     # partition, and the leader's offsets are the ones shown.
     assert before["broker"] == "up"
     assert [e["status"] for e in before["endpoints"]] == ["up", "up", "up"]
+    # What held each broker's event loop is its own, in its row, never added up.
+    for endpoint in before["endpoints"]:
+        assert_event_loop_figures(endpoint)
     assert before["under_replicated_partitions"] == before["offline_partitions"] == 0
     assert before["active_controllers"] == 1
     mine = [p for p in before["partitions"] if p["topic"] == name]
@@ -224,6 +230,9 @@ def test_a_dead_broker_is_fenced_and_its_partitions_under_replicated(
 
     assert after["broker"] == "partial"
     assert cluster_settings[victim].metrics_url in after["error"]
+    [gone] = [e for e in after["endpoints"] if e["status"] == "unreachable"]
+    assert gone["url"] == cluster_settings[victim].metrics_url
+    assert gone["event_loop_lag_max_ms"] is None and gone["gc_gen2_collections_total"] is None
     assert after["offline_partitions"] == 0
     [dead] = [b for b in fenced if b["id"] == victim]
     assert (dead["fenced"], dead["controller"], dead["log_dirs"]) == (True, False, None)

@@ -11,6 +11,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from django.contrib.auth.models import User
 from django.utils import timezone
+from event_loop_support import assert_event_loop_figures, event_loop_timed
 from rest_framework.test import APIClient
 
 from api import metrics, sampling
@@ -45,6 +46,7 @@ def partition(summary: dict, topic: str, number: int = 0) -> dict:
 
 
 def test_summary_of_a_real_brokers_endpoint(broker_settings, unique):
+    event_loop_timed(broker_settings.metrics_url)
     topic = unique("metrics")
     create_topic(broker_settings.bootstrap, topic)
     produce(broker_settings.bootstrap, topic, 3)
@@ -64,6 +66,7 @@ def test_summary_of_a_real_brokers_endpoint(broker_settings, unique):
     assert first["producer_ids_live"] >= 1
     for field in metrics.SCALAR_FIELDS:
         assert field in first
+    assert_event_loop_figures(first)
     # Nothing to compare with: no rates yet.
     assert first["bytes_in_per_second"] is None
     assert first["requests"]["Produce"]["requests_per_second"] is None
@@ -81,6 +84,24 @@ def test_summary_of_a_real_brokers_endpoint(broker_settings, unique):
     assert second["bytes_out_per_second"] >= 0
     assert second["requests_per_second"] >= produced["requests_per_second"]
     assert second["fetch_session_evictions_per_second"] == 0
+
+
+def test_a_broker_without_event_loop_metrics_has_none_of_their_figures(broker_settings):
+    # A broker older than these metrics serves the same endpoint without them.
+    older = [
+        family
+        for family in metrics.scrape(broker_settings.metrics_url)
+        if not family.name.startswith(("fjord_event_loop_", "fjord_gc_"))
+    ]
+
+    summary = metrics.summarize(older)
+
+    assert summary["broker"] == "up"
+    assert {field: summary[field] for field in metrics.BROKER_FIELDS} == dict.fromkeys(
+        metrics.BROKER_FIELDS
+    )
+    for field in metrics.SCALAR_FIELDS:
+        assert field in summary
 
 
 def test_a_counter_reset_counts_from_zero(broker_settings):
@@ -149,6 +170,7 @@ def test_every_endpoint_is_sampled_and_one_that_fails_leaves_the_others_rates(
 ):
     closed = f"http://127.0.0.1:{listening_port_closed}/metrics"
     settings.FJORD_METRICS_URL = f"{broker_settings.metrics_url}, {closed}"
+    event_loop_timed(broker_settings.metrics_url)
     topic = unique("partial")
     create_topic(broker_settings.bootstrap, topic)
     produce(broker_settings.bootstrap, topic, 1)
@@ -159,11 +181,19 @@ def test_every_endpoint_is_sampled_and_one_that_fails_leaves_the_others_rates(
 
     assert data["broker"] == "partial"
     assert closed in data["error"] and broker_settings.metrics_url not in data["error"]
-    assert data["endpoints"] == [
-        {"url": broker_settings.metrics_url, "status": "up"},
-        # Down since the first sample that found it so.
-        {"url": closed, "status": "unreachable", "down_since": first["taken_at"]},
-    ]
+    up, down = data["endpoints"]
+    assert (up["url"], up["status"]) == (broker_settings.metrics_url, "up")
+    assert "down_since" not in up
+    # Each broker's own event loop figures, not added up.
+    assert_event_loop_figures(up)
+    assert not set(metrics.BROKER_FIELDS) & set(data)
+    # Down since the first sample that found it so; nothing is known of its event loop.
+    assert down == {
+        "url": closed,
+        "status": "unreachable",
+        "down_since": first["taken_at"],
+        **dict.fromkeys(metrics.BROKER_FIELDS),
+    }
     assert partition(data, topic)["high_watermark"] == 2
     # The broker that answered has its rates, against its own counters.
     assert data["bytes_in_per_second"] > 0
@@ -245,6 +275,7 @@ def test_current_is_404_before_any_sample(viewer_api):
 
 
 def test_current_shows_the_latest_sample(broker_settings, viewer_api, unique):
+    event_loop_timed(broker_settings.metrics_url)
     topic = unique("current")
     create_topic(broker_settings.bootstrap, topic)
     sampling.sample()
@@ -259,6 +290,9 @@ def test_current_shows_the_latest_sample(broker_settings, viewer_api, unique):
     assert partition(body, topic)["high_watermark"] == 0
     assert body["taken_at"].replace("Z", "+00:00") == taken["taken_at"]
     assert set(metrics.SCALAR_FIELDS) <= set(body)
+    [endpoint] = body["endpoints"]
+    assert endpoint["url"] == broker_settings.metrics_url
+    assert_event_loop_figures(endpoint)
 
 
 def snapshots(count: int, start=None) -> list[MetricSnapshot]:
@@ -376,6 +410,13 @@ def test_history_answers_dates_at_the_ends_of_the_calendar(viewer_api, moment):
 def test_current_shows_a_thinned_or_unreachable_sample(viewer_api):
     MetricSnapshot.objects.create(taken_at=timezone.now(), data={"broker": "up"})
     assert viewer_api.get("/api/v1/metrics/current/").status_code == 200
+    # A sample taken before the endpoints carried their brokers' event loop figures: null.
+    endpoint = {"url": "http://127.0.0.1:1/metrics", "status": "up"}
+    MetricSnapshot.objects.create(
+        taken_at=timezone.now(), data={"broker": "up", "endpoints": [endpoint]}
+    )
+    body = viewer_api.get("/api/v1/metrics/current/").json()
+    assert body["endpoints"] == [{**endpoint, **dict.fromkeys(metrics.BROKER_FIELDS)}]
     MetricSnapshot.objects.create(taken_at=timezone.now(), data=metrics.unreachable("refused"))
     body = viewer_api.get("/api/v1/metrics/current/").json()
     assert body["broker"] == "unreachable"
