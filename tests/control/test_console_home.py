@@ -10,6 +10,7 @@ from django.contrib.staticfiles import finders
 from django.test import Client
 from django.utils import timezone
 
+from api import metrics
 from api.models import MetricSnapshot
 
 pytestmark = pytest.mark.django_db
@@ -115,6 +116,25 @@ def test_the_latest_sample_is_rendered_into_the_page(viewer_browser):
                 "bytes_out_per_second": 10.0,
             }
         },
+        endpoints=[
+            {
+                "url": "http://127.0.0.1:9101/metrics",
+                "status": "up",
+                "event_loop_lag_max_ms": 3.5,
+                "event_loop_lag_mean_ms": 0.25,
+                "gc_collections_total": 40,
+                "gc_gen2_collections_total": 2,
+                "gc_gen2_pause_mean_ms": 1.5,
+                "gc_gen2_pause_time_ms_total": 3.0,
+                "gc_frozen_objects": 90000,
+            },
+            # A broker older than the event loop metrics.
+            {
+                "url": "http://127.0.0.1:9102/metrics",
+                "status": "up",
+                **dict.fromkeys(metrics.BROKER_FIELDS),
+            },
+        ],
     )
 
     page = viewer_browser.get("/").content.decode()
@@ -128,6 +148,15 @@ def test_the_latest_sample_is_rendered_into_the_page(viewer_browser):
     assert '<tr data-transactional-id="stuck-tx" class="hanging">' in page
     assert re.search(r'data-field="producer_ids_live">7<', page)
     assert '<tr data-api="Produce">' in page
+    assert re.search(
+        r'<tr data-url="http://127.0.0.1:9101/metrics">\s*<td class="id">[^<]+</td>\s*'
+        r'<td class="lag-max">3.5</td>.*?<td class="gen2">2</td>',
+        page,
+        re.S,
+    )
+    older = re.search(r'<tr data-url="http://127.0.0.1:9102/metrics">(.*?)</tr>', page, re.S)
+    # Its figures are n/a, not an error.
+    assert older[1].count(">n/a</td>") == len(metrics.BROKER_FIELDS)
     # The raw counters stay out of the page.
     assert '"counters"' not in page
 

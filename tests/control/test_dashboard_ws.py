@@ -13,6 +13,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connections
 from django.test import Client
+from event_loop_support import assert_event_loop_figures, event_loop_timed
 
 from api import sampling
 from control.asgi import application
@@ -115,6 +116,7 @@ async def test_the_stream_shows_lso_below_hw_while_a_transaction_is_open(
 
 
 async def test_a_new_page_gets_the_latest_sample_at_once(broker_settings, viewer_headers):
+    await sync_to_async(event_loop_timed)(broker_settings.metrics_url)
     taken = await take_sample()
 
     communicator = WebsocketCommunicator(application, PATH, headers=viewer_headers)
@@ -125,6 +127,10 @@ async def test_a_new_page_gets_the_latest_sample_at_once(broker_settings, viewer
         assert message["type"] == "sample"
         assert message["data"]["taken_at"] == taken["taken_at"]
         assert "counters" not in message["data"]
+        # The broker's own event loop and collector figures, for its row of the dashboard.
+        [endpoint] = message["data"]["endpoints"]
+        assert endpoint["url"] == broker_settings.metrics_url
+        assert_event_loop_figures(endpoint)
     finally:
         await communicator.disconnect()
 

@@ -1,8 +1,8 @@
 """A three-broker cluster as `python -m control.launch --brokers 3` starts it (DATABASE_URL
 holding the brokers' metadata too), in a real browser: the dashboard adds up every broker's
-metrics, the Brokers page lists the brokers with the controller marked, and a topic
-replicated on all three shows its replicas and ISR; a broker that stops answering is shown down
-and since when, and up again once it answers."""
+metrics and shows what held each one's event loop, the Brokers page lists the brokers with the
+controller marked, and a topic replicated on all three shows its replicas and ISR; a broker
+that stops answering is shown down and since when, and up again once it answers."""
 
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ from console_support import log_in
 from playwright.sync_api import expect
 
 NODES = ["1", "2", "3"]
+# As the dashboard formats them (charts.js' formatNumber).
+COUNT = re.compile(r"^\d+(\.\d+)?[kMG]?$")
+MILLISECONDS = re.compile(r"^\d+(\.\d+)?[kMG]? ms$")
 
 
 def broker_ids(text: str | None) -> list[str]:
@@ -32,6 +35,13 @@ def test_brokers_page_and_a_replicated_topic(page, cluster_platform, screenshot)
     expect(page.locator("#broker-status")).to_have_text("reachable")
     expect(page.locator("#stat-under-replicated")).to_have_text("0")
     expect(page.locator("#stat-offline")).to_have_text("0")
+    # What held each broker's event loop: a row of its own, figures rather than n/a.
+    loops = page.locator("#event-loop tbody tr")
+    expect(loops).to_have_count(3)
+    expect(loops.locator(".lag-max")).to_have_text([MILLISECONDS] * 3)
+    expect(loops.locator(".lag-mean")).to_have_text([MILLISECONDS] * 3)
+    expect(loops.locator(".gen2")).to_have_text([COUNT] * 3)
+    expect(loops.locator(".collections")).to_have_text([COUNT] * 3)
     screenshot("12-cluster-dashboard")
 
     page.get_by_role("link", name="Brokers", exact=True).click()

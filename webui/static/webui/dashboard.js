@@ -208,6 +208,30 @@
     if (!apis.length) body.innerHTML = '<tr class="empty"><td colspan="6">No requests sampled yet.</td></tr>';
   }
 
+  /* Each broker's own figures: n/a where its endpoint lacks them (an older broker, or one down). */
+  const orNa = (format) => (value) => (value === null || value === undefined ? "n/a" : format(value));
+  const ms = orNa((value) => formatNumber(value) + " ms");
+  const count = orNa(formatNumber);
+
+  function updateEventLoop(endpoints) {
+    const body = document.querySelector("#event-loop tbody");
+    body.textContent = "";
+    for (const e of endpoints) {
+      const row = document.createElement("tr");
+      row.dataset.url = e.url;
+      cell(row, "id", e.url);
+      cell(row, "lag-max", ms(e.event_loop_lag_max_ms));
+      cell(row, "lag-mean", ms(e.event_loop_lag_mean_ms));
+      cell(row, "gen2", count(e.gc_gen2_collections_total));
+      cell(row, "gen2-mean", ms(e.gc_gen2_pause_mean_ms));
+      cell(row, "gen2-total", ms(e.gc_gen2_pause_time_ms_total));
+      cell(row, "collections", count(e.gc_collections_total));
+      cell(row, "frozen", count(e.gc_frozen_objects));
+      body.appendChild(row);
+    }
+    if (!endpoints.length) body.innerHTML = '<tr class="empty"><td colspan="8">No broker sampled yet.</td></tr>';
+  }
+
   /* A quota's measured rate in its own unit. */
   const QUOTA_UNITS = {
     produce: (v) => formatBytes(v) + "/s",
@@ -260,6 +284,7 @@
     updateOffsetsChart(data.partitions || []);
     updateTransactions(data.transactions || []);
     updateRequests(data.requests || {});
+    updateEventLoop(data.endpoints || []);
     updateQuotas(data.quotas || []);
     const time = Date.parse(data.taken_at);
     for (const chart of Object.values(lines)) chart.push(time, data);
