@@ -21,7 +21,17 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from bench.brokers import REPO_DIR, Broker, BrokerError, BrokerKind, create_topics, running
+import confluent_kafka
+
+from bench.brokers import (
+    REPO_DIR,
+    Broker,
+    BrokerError,
+    BrokerKind,
+    ClientLog,
+    create_topics,
+    running,
+)
 from bench.loadgen import LoadError, LoadGenerator
 
 REFERENCE_NOTE = "side by side with the reference broker"
@@ -69,12 +79,7 @@ def measure(kind: BrokerKind, binary: Path, plan: BusyPlan) -> dict:
     with running(kind) as broker:
         create_topics(broker, plan.partitions, [TOPIC, FETCH_TOPIC])
         generator = LoadGenerator(binary, broker.bootstrap, plan.timeout_s)
-        try:
-            generator.produce(
-                FETCH_TOPIC, plan.record_size, FETCH_RECORDS_PER_PARTITION * plan.partitions
-            )
-        except LoadError as error:
-            raise BrokerError(f"filling {FETCH_TOPIC} failed: {error}") from error
+        _fill(broker, plan)
         _probe(generator, plan, warm_up_only=True)
         result = {"idle": {"probe_ms": _probe(generator, plan)}}
         print(f"  {kind.name:<12} idle: probe {_describe(result['idle']['probe_ms'])}", flush=True)
@@ -95,6 +100,21 @@ def measure(kind: BrokerKind, binary: Path, plan: BusyPlan) -> dict:
                     )
                 result[f"{mode}-{connections}"] = point
         return result
+
+
+def _fill(broker: Broker, plan: BusyPlan) -> None:
+    """FETCH_RECORDS_PER_PARTITION records in every partition of FETCH_TOPIC, each partition
+    named (a keyless producer's sticky partitioner would leave most of them empty, and a fetch
+    of an empty partition waits out fetch.max.wait.ms)."""
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "logger": ClientLog().logger}
+    )
+    value = b"x" * plan.record_size
+    for partition in range(plan.partitions):
+        for _ in range(FETCH_RECORDS_PER_PARTITION):
+            producer.produce(FETCH_TOPIC, value, partition=partition)
+    if producer.flush(plan.timeout_s):
+        raise BrokerError(f"filling {FETCH_TOPIC} failed: records left unsent")
 
 
 def _busy_point(
@@ -125,7 +145,10 @@ def _busy_point(
         swarm.stdin.write("mark\n")
         swarm.stdin.flush()
         cpu_before, started = _cpu_s(pid), time.monotonic()
-        probe = _probe(generator, plan)
+        try:
+            probe = _probe(generator, plan)
+        except BusyError as error:  # the busy connections' own figures still count
+            probe = {"error": str(error)}
         cpu_s, window_s = _cpu_s(pid) - cpu_before, time.monotonic() - started
         memory = _pss_kb(pid)
         swarm.stdin.write("stop\n")
@@ -216,6 +239,8 @@ def _pss_kb(pid: int) -> int:
 
 
 def _describe(probe: dict) -> str:
+    if "error" in probe:
+        return probe["error"]
     return ", ".join(f"{name} {value:.2f} ms" for name, value in probe.items())
 
 
@@ -325,6 +350,9 @@ def markdown(result: dict) -> str:
         if brokers[name]["status"] != "ok":
             lines.append(f"{name}: {brokers[name]['status']}")
         for key, point in brokers[name].items():
-            if isinstance(point, dict) and "error" in point:
-                lines.append(f"{name}, {key.replace('-', ' x ')}: {point['error']}")
+            if not isinstance(point, dict):
+                continue
+            problem = point.get("error") or point.get("probe_ms", {}).get("error")
+            if problem:
+                lines.append(f"{name}, {key.replace('-', ' x ')}: {problem}")
     return "\n".join(lines) + "\n"
