@@ -42,8 +42,9 @@ from broker.server.connection import KafkaConnection
 PARTITIONS = 16
 
 
-def kio(key, version, name, entity=EntityType.request, **fields):
-    return build(getattr(load_payload_module(key, version, entity), name), **fields)
+def kio(key, version, class_name, /, **fields):
+    module = load_payload_module(key, version, EntityType.request)
+    return build(getattr(module, class_name), **fields)
 
 
 def produce_frame(partition):
