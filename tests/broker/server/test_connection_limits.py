@@ -13,6 +13,7 @@ from kafka_requests import fetch_request
 from raw_client import SIZE, RawClient, api_versions_request, wait_until
 
 from broker.client.connection import BrokerConnection
+from broker.protocol.codec import API_VERSIONS_KEY
 from broker.protocol.framing import CHUNK
 
 
@@ -149,7 +150,7 @@ async def test_client_that_never_reads_makes_the_broker_stop_reading(tmp_path):
             lambda: server._reading_paused and server.transport.get_write_buffer_size() >= high,
             what="the broker to stop reading",
         )
-        handled = broker.metrics.requests.labels("ApiVersions")._value.get()
+        handled = broker.metrics.requests.api(API_VERSIONS_KEY, "ApiVersions").requests
         assert handled < requests
         # What the broker holds for it: the write buffer up to one response past its
         # high-water mark, at most one read's worth of undispatched frames, no queued slots.
