@@ -5,7 +5,6 @@ them: KafkaOffsetRangeCalculator, KafkaMicroBatchStream.rateLimit)."""
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from broker.client.admin_topics import EARLIEST as LIST_EARLIEST
 from broker.client.admin_topics import LATEST as LIST_LATEST
 from broker.client.admin_topics import READ_COMMITTED, READ_UNCOMMITTED
 from broker.client.models import TopicPartition
-from broker.client.options import COMMON_OPTIONS
+from pipelines.spark import clients
 from pipelines.spark.options import (
     EARLIEST,
     LATEST,
@@ -54,16 +53,9 @@ def from_json(offsets: Mapping[str, Mapping[str, int]]) -> Offsets:
 
 
 def blocking(client: ClientOptions, work: Callable[[AdminClient], Awaitable[T]]) -> T:
-    """Run `work` with an admin client, from Spark's synchronous calls on the driver."""
-
-    async def run() -> T:
-        common = {k: v for k, v in client.options.items() if k in COMMON_OPTIONS}
-        async with AdminClient(
-            client.bootstrap_servers, client.security(), client_id="fjord-spark", **common
-        ) as admin:
-            return await work(admin)
-
-    return asyncio.run(run())
+    """Run `work` with the process' admin client, from Spark's synchronous calls on the driver
+    (whose source lives in one Python process for the whole query: its connections too)."""
+    return clients.run(clients.admin_call(client, work))  # type: ignore[arg-type]
 
 
 class OffsetReader:

@@ -105,7 +105,7 @@ class ClientOptions:
     protocol: str = "PLAINTEXT"
     sasl_mechanism: str = "PLAIN"
     username: str | None = None
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)  # never in a log or traceback
     ca_location: str | None = None
     certificate_location: str | None = None
     key_location: str | None = None

@@ -23,6 +23,12 @@ consumers (KIP-939 two-phase commit):
 
 Spark creates the writer anew for each commit (in a Python worker of the driver), so nothing is
 settled when a writer is made: only a task, before it writes, and a commit, before it decides.
+The clients without a transaction (the decisions' producer and consumer, the admin client, a
+plain mode task's producer) stay with the Python process that made them, for its later
+commits and tasks (pipelines/spark/clients.py); a transactional producer is made for each
+task and each commit. A commit takes its batch's transactions over (InitProducerId with
+keepPreparedTxn, which leaves a transaction the identity it was prepared under) while it reads
+the last decision, and ends them side by side once the first is committed.
 
 So a driver may die between any two steps: before the decision its batch's transactions are
 aborted and the batch replays; after it, they are committed and the replay is dropped. A task
@@ -36,8 +42,9 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Awaitable, Collection, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -53,12 +60,14 @@ from broker.client.consumer import Consumer
 from broker.client.errors import KafkaAdminError
 from broker.client.models import NewTopic, TopicPartition
 from broker.client.producer import PreparedTxnState, Producer
+from pipelines.spark import clients
 from pipelines.spark.faults import crash_point, fail_task_once
 from pipelines.spark.options import ClientOptions, SinkOptions
 
 DECISIONS_PREFIX = "_fjord_sink_"
 DECISION_READ_TIMEOUT_S = 60
 BATCH_ID = "streaming.sql.batchId"  # the local property Spark's micro-batches set
+T = TypeVar("T")
 
 
 def check_schema(schema: StructType, options: SinkOptions) -> None:
@@ -187,12 +196,13 @@ class _Writer:
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PreparedPart:
-        return asyncio.run(self._write(iterator))
+        return clients.run(self._write(iterator))
 
     async def _write(self, iterator: Iterator[pa.RecordBatch]) -> PreparedPart:
         options = self.options
         if not options.exactly_once:
-            async with producer_for(options.client) as producer:
+            name = clients.key("producer", options.client)
+            async with clients.kept(name, lambda: producer_for(options.client)) as producer:
                 return PreparedPart(await produce_rows(producer, iterator, options.topic))
         context = TaskContext.get()
         # An attempt of its own: a zombie attempt of the same task (speculation, a lost
@@ -221,11 +231,11 @@ class _Writer:
 
     def _commit(self, messages: list[PreparedPart | None], batch_id: int | None) -> None:
         if self.options.exactly_once:
-            asyncio.run(commit_batch(self.options, messages, batch_id))
+            clients.run(commit_batch(self.options, messages, batch_id))
 
     def _abort(self, messages: list[PreparedPart | None], batch_id: int | None) -> None:
         if self.options.exactly_once:
-            asyncio.run(abort_batch(self.options, messages, batch_id))
+            clients.run(abort_batch(self.options, messages, batch_id))
 
 
 class FjordBatchWriter(_Writer, DataSourceArrowWriter):
@@ -259,8 +269,33 @@ async def commit_batch(
     options: SinkOptions, messages: list[PreparedPart | None], batch_id: int | None
 ) -> None:
     prepared = _prepared(messages)
-    last = await last_decision(options)
-    await settle_open_transactions(options, last, skip={s.transactional_id for s in prepared})
+    producers: list[Producer] = []
+    try:
+        # The batch's transactions are taken over while the decision is read: their tasks
+        # are done, and a transaction taken over keeps the identity it was prepared under
+        # (what the decision records), whoever takes it over next.
+        last, listed, _ = await _all(
+            last_decision(options),
+            open_transactions(options),
+            _take_over(options.client, prepared, producers),
+        )
+        await _decide_and_end(options, batch_id, prepared, producers, last, listed)
+    finally:
+        await _close(producers)
+
+
+async def _decide_and_end(
+    options: SinkOptions,
+    batch_id: int | None,
+    prepared: list[PreparedTxnState],
+    producers: list[Producer],
+    last: tuple[int, list[PreparedTxnState]] | None,
+    listed: list[str],
+) -> None:
+    await settle_open_transactions(
+        options, last, skip={s.transactional_id for s in prepared}, listed=listed
+    )
+    pairs = list(zip(producers, prepared, strict=True))
     if batch_id is not None:
         if last is not None and last[0] > batch_id:
             # Spark replays only its last batch: decisions past it are another checkpoint's.
@@ -272,14 +307,18 @@ async def commit_batch(
         if last is not None and last[0] == batch_id:
             # A replay of a batch already decided: its first run's transactions are committed
             # (settled above, or by this run's tasks); this run's are dropped.
-            await complete_all(options.client, prepared, commit=False)
+            await _all(*(_end(p, s, commit=False) for p, s in pairs))
             return
+        # Checked before deciding as well: a batch one of whose transactions is gone is
+        # not decided (Spark's abort then aborts the others, and the batch runs again).
+        for producer, state in pairs:
+            _check_held(producer, state)
         crash_point("before-decision")
         await write_decision(options, batch_id, prepared)
         crash_point("after-decision")
-    await complete_all(options.client, prepared[:1], commit=True, strict=True)
+    await _all(*(_end(p, s, commit=True, strict=True) for p, s in pairs[:1]))
     crash_point("after-first-commit")
-    await complete_all(options.client, prepared[1:], commit=True, strict=True)
+    await _all(*(_end(p, s, commit=True, strict=True) for p, s in pairs[1:]))
     crash_point("after-commits")
 
 
@@ -300,53 +339,111 @@ async def complete_all(
     client: ClientOptions, states: list[PreparedTxnState], commit: bool, strict: bool = False
 ) -> None:
     """Commit (or abort) each prepared transaction from its state, as another process does:
-    init_transactions(keep_prepared_txn=True), then complete_transaction. `strict`: a state
-    no longer prepared is an error (something aborted a transaction the batch needs), not a
-    transaction settled already."""
-    for state in states:
-        async with producer_for(
+    init_transactions(keep_prepared_txn=True), then complete_transaction; all side by side
+    (each has a transactional id of its own). `strict`: a state no longer prepared is an error
+    (something aborted a transaction the batch needs), not a transaction settled already."""
+    producers: list[Producer] = []
+    try:
+        await _take_over(client, states, producers)
+        await _all(*(_end(p, s, commit, strict) for p, s in zip(producers, states, strict=True)))
+    finally:
+        await _close(producers)
+
+
+async def _take_over(
+    client: ClientOptions, states: list[PreparedTxnState], producers: list[Producer]
+) -> None:
+    """A producer for each state's transactional id, added to `producers` in the states' order
+    (the caller closes them), each taking over what its id holds, side by side:
+    init_transactions(keep_prepared_txn=True)."""
+    made = [
+        producer_for(
             client,
             transactional_id=state.transactional_id,
             transaction_two_phase_commit_enable=True,
-        ) as producer:
-            await producer.init_transactions(keep_prepared_txn=True)
-            held = producer.prepared_transaction
-            if strict and held != state:
-                raise RuntimeError(
-                    f"transaction {state.transactional_id} is no longer the one prepared "
-                    f"({state}, now {held}): its records are lost to this batch"
-                )
-            if held is not None:
-                # A state that does not match (abort) is what complete_transaction aborts.
-                await producer.complete_transaction(state if commit else _mismatch(state))
+        )
+        for state in states
+    ]
+    producers.extend(made)
+
+    async def take(producer: Producer) -> None:
+        await producer.start()
+        await producer.init_transactions(keep_prepared_txn=True)
+
+    await _all(*(take(producer) for producer in made))
+
+
+def _check_held(producer: Producer, state: PreparedTxnState) -> None:
+    held = producer.prepared_transaction
+    if held != state:
+        raise RuntimeError(
+            f"transaction {state.transactional_id} is no longer the one prepared "
+            f"({state}, now {held}): its records are lost to this batch"
+        )
+
+
+async def _end(
+    producer: Producer, state: PreparedTxnState, commit: bool, strict: bool = False
+) -> None:
+    """Commit (or abort) what `producer` took over, if it is still prepared; `strict`: it
+    must be `state`."""
+    if strict:
+        _check_held(producer, state)
+    if producer.prepared_transaction is not None:
+        # A state that does not match (abort) is what complete_transaction aborts.
+        await producer.complete_transaction(state if commit else _mismatch(state))
+
+
+async def _close(producers: list[Producer]) -> None:
+    await asyncio.gather(*(p.close() for p in producers), return_exceptions=True)
+
+
+async def _all(*work: Awaitable[T]) -> list[T]:
+    """Every result, once all are done; raises the first error (none left running)."""
+    results = await asyncio.gather(*work, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results  # type: ignore[return-value]
 
 
 def _mismatch(state: PreparedTxnState) -> PreparedTxnState:
     return PreparedTxnState(state.transactional_id, -1, -1)
 
 
+async def open_transactions(options: SinkOptions) -> list[str]:
+    """The transactional ids of the prefix with a transaction open."""
+    own = re.compile(re.escape(options.transactional_id_prefix) + r"-\d+-\d+")
+
+    async def listed(admin: AdminClient) -> list:
+        # A prepared transaction is Ongoing for its coordinator (KIP-939 prepares client-side).
+        return await admin.list_transactions(states=("Ongoing",))
+
+    found = await clients.admin_call(options.client, listed)
+    return [t.transactional_id for t in found if own.fullmatch(t.transactional_id)]
+
+
 async def settle_open_transactions(
     options: SinkOptions,
     last: tuple[int, list[PreparedTxnState]] | None,
     skip: Collection[str] = (),
+    listed: list[str] | None = None,
 ) -> None:
-    """Commit the open transactions of the prefix that the last decision names, abort the
-    others (left by a driver that died before deciding); those in `skip` are left alone."""
-    own = re.compile(re.escape(options.transactional_id_prefix) + r"-\d+-\d+")
+    """Commit the open transactions of the prefix (`listed`, or as listed now) that the last
+    decision names, abort the others (left by a driver that died before deciding); those in
+    `skip` are left alone."""
+    if listed is None:
+        listed = await open_transactions(options)
     decided = {s.transactional_id: s for s in last[1]} if last else {}
-    async with AdminClient(options.client.bootstrap_servers, options.client.security()) as admin:
-        # A prepared transaction is Ongoing for its coordinator (KIP-939 prepares client-side).
-        listed = await admin.list_transactions(states=("Ongoing",))
-    for t in listed:
-        if not own.fullmatch(t.transactional_id) or t.transactional_id in skip:
-            continue
-        state = decided.get(t.transactional_id)
-        if state is not None:
-            await complete_all(options.client, [state], commit=True)
-        else:
-            await complete_all(
-                options.client, [PreparedTxnState(t.transactional_id, -1, -1)], commit=False
-            )
+    left = [t for t in listed if t not in skip]
+    await _all(
+        complete_all(options.client, [decided[t] for t in left if t in decided], commit=True),
+        complete_all(
+            options.client,
+            [PreparedTxnState(t, -1, -1) for t in left if t not in decided],
+            commit=False,
+        ),
+    )
 
 
 def decisions_topic(options: SinkOptions) -> TopicPartition:
@@ -361,7 +458,10 @@ async def write_decision(
     ).encode()
     topic, partition = decisions_topic(options)
     await ensure_topic(options.client, topic)
-    async with producer_for(options.client, acks="all") as producer:
+    name = clients.key("decisions-producer", options.client)
+    # Not repeated on a kept producer's failure: a decision written twice is harmless (the
+    # same batch, the same transactions) but the commit fails instead, as it did before.
+    async with clients.kept(name, lambda: producer_for(options.client, acks="all")) as producer:
         await producer.send_and_wait(topic, value, key=b"decision", partition=partition)
 
 
@@ -370,12 +470,16 @@ async def last_decision(options: SinkOptions) -> tuple[int, list[PreparedTxnStat
     missing), which only the driver's commits write."""
     tp = decisions_topic(options)
     await ensure_topic(options.client, tp.topic)
-    async with Consumer(
-        options.client.bootstrap_servers,
-        security=options.client.security(),
-        client_id="fjord-spark",
-        enable_auto_commit=False,
-    ) as consumer:
+
+    def make() -> Consumer:
+        return Consumer(
+            options.client.bootstrap_servers,
+            security=options.client.security(),
+            client_id="fjord-spark",
+            enable_auto_commit=False,
+        )
+
+    async def read(consumer: Consumer) -> dict | None:
         consumer.assign([tp])
         end = (await consumer.end_offsets([tp]))[tp]
         if end == 0:
@@ -388,6 +492,11 @@ async def last_decision(options: SinkOptions) -> tuple[int, list[PreparedTxnStat
                 raise RuntimeError(f"could not read the last decision of {tp.topic}")
             for record in (await consumer.getmany(tp, timeout_ms=1000)).get(tp, []):
                 found = json.loads(record.value)
+        return found
+
+    found = await clients.call(clients.key("decisions-consumer", options.client), make, read)
+    if found is None:
+        return None
     states = [PreparedTxnState.from_json(json.dumps(s)) for s in found["transactions"]]
     return int(found["batch"]), states
 
@@ -400,10 +509,13 @@ _EXISTING: set[str] = set()
 async def ensure_topic(client: ClientOptions, topic: str) -> None:
     if topic in _EXISTING:
         return
-    async with AdminClient(client.bootstrap_servers, client.security()) as admin:
+
+    async def create(admin: AdminClient) -> None:
         try:
             await admin.create_topics([NewTopic(topic, 1, configs={"cleanup.policy": "compact"})])
         except KafkaAdminError as e:
             if e.name != "TOPIC_ALREADY_EXISTS":
                 raise
+
+    await clients.admin_call(client, create)
     _EXISTING.add(topic)

@@ -23,6 +23,7 @@ from pyspark.sql.streaming.datasource import (
 from broker.client.consumer import Consumer
 from broker.client.errors import OffsetOutOfRangeError
 from broker.client.models import ConsumerRecord, TopicPartition
+from pipelines.spark import clients
 from pipelines.spark.offsets import (
     DataLossError,
     OffsetRange,
@@ -76,35 +77,44 @@ def arrow_batch(records: list[ConsumerRecord], include_headers: bool) -> pa.Reco
 
 
 def read_range(options: SourceOptions, span: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """The records of `span` as Arrow batches, in offset order. A task's generator drives its
-    own event loop, a step per batch, so that records stream out instead of piling up."""
-    loop = asyncio.new_event_loop()
-    consumer = Consumer(
-        options.client.bootstrap_servers,
-        security=options.client.security(),
-        **{
-            "client_id": "fjord-spark",
-            **options.client.options,
-            "isolation_level": "read_committed" if options.read_committed else "read_uncommitted",
-            "auto_offset_reset": "none",
-            "enable_auto_commit": False,
-            "max_poll_records": ARROW_BATCH,
-        },
-    )
+    """The records of `span` as Arrow batches, in offset order. A task's generator drives the
+    process' event loop a step per batch, so that records stream out instead of piling up; its
+    consumer (assigned, then positioned, anew for each range) stays with the Python worker for
+    the ranges of its later tasks."""
+    name = clients.key("consumer", options.client, options.read_committed)
+
+    def make() -> Consumer:
+        return Consumer(
+            options.client.bootstrap_servers,
+            security=options.client.security(),
+            **{
+                "client_id": "fjord-spark",
+                **options.client.options,
+                "isolation_level": "read_committed"
+                if options.read_committed
+                else "read_uncommitted",
+                "auto_offset_reset": "none",
+                "enable_auto_commit": False,
+                "max_poll_records": ARROW_BATCH,
+            },
+        )
+
     tp = TopicPartition(span.topic, span.partition)
+    consumer = clients.take(name, make)
+    failed = True
     try:
-        loop.run_until_complete(consumer.start())
-        consumer.assign([tp])
-        consumer.seek(tp, span.from_offset)
+        # The range's stop is the fetcher's too: nothing past it is fetched ahead, for nothing.
+        consumer.assign([])
+        consumer.subscriptions.assign_range(tp, span.from_offset, span.until_offset)
         while True:
-            records = loop.run_until_complete(_next_records(consumer, tp, span, options))
+            records = clients.run(_next_records(consumer, tp, span, options))
             if records is None:
+                failed = False
                 return
             if records:
                 yield arrow_batch(records, options.include_headers)
     finally:
-        loop.run_until_complete(consumer.close())
-        loop.close()
+        clients.give_back(name, consumer, failed)
 
 
 async def _next_records(
@@ -186,6 +196,9 @@ class FjordStreamReader(_Planning, DataSourceStreamReader, SupportsTriggerAvaila
     def __init__(self, options: SourceOptions) -> None:
         super().__init__(options)
         self._available_now: Offsets | None = None
+        # The latest offsets latestOffset() just read, for reportLatestOffset(), which Spark
+        # calls right after it each trigger: one look-up for both.
+        self._latest: Offsets | None = None
 
     def initialOffset(self) -> dict:
         reader = self.offsets
@@ -214,6 +227,9 @@ class FjordStreamReader(_Planning, DataSourceStreamReader, SupportsTriggerAvaila
                     f"deleted); set failOnDataLoss=false to go on without it"
                 )
             end = reader.latest(tps)
+        # As Spark's Kafka source: under Trigger.AvailableNow the latest reported is the end
+        # it reads to.
+        self._latest = dict(end)
         for tp, offset in end.items():
             if offset < begin.get(tp, 0) and self.options.fail_on_data_loss:
                 raise DataLossError(
@@ -226,8 +242,11 @@ class FjordStreamReader(_Planning, DataSourceStreamReader, SupportsTriggerAvaila
         return to_json(end)
 
     def reportLatestOffset(self) -> dict | None:
-        reader = self.offsets
-        return to_json(reader.latest(reader.partitions()))
+        latest, self._latest = self._latest, None
+        if latest is None:
+            reader = self.offsets
+            latest = reader.latest(reader.partitions())
+        return to_json(latest)
 
     def partitions(self, start: dict, end: dict) -> list[OffsetRange]:
         begin, until = from_json(start), from_json(end)
@@ -246,7 +265,7 @@ class FjordStreamReader(_Planning, DataSourceStreamReader, SupportsTriggerAvaila
         """Offsets live in Spark's checkpoint; nothing is committed to Kafka."""
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "_available_now": None}
+        return {"options": self.options, "_available_now": None, "_latest": None}
 
 
 __all__ = ["FjordBatchReader", "FjordStreamReader", "SCHEMA", "HEADERS_SCHEMA", "DataLossError"]
