@@ -6,11 +6,13 @@ record), then for each connection count N, N connections each sending one small 
 second (bench/swarm.py: a one-record Produce, then separately a small Fetch) while the same
 probe measures produce latency beside them. Reported: the probe's and the busy connections'
 p50/p99/p99.9, whether every request was answered, and the broker's CPU (in cores, over the
-probe's window) and memory (PSS, whole process tree) per connection.
+probe's window) and memory (PSS, whole process tree) per connection. Each point has a freshly
+started broker, so that no earlier point's connections count in its memory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -18,6 +20,7 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -76,15 +79,15 @@ class BusyError(RuntimeError):
 
 def measure(kind: BrokerKind, binary: Path, plan: BusyPlan) -> dict:
     _raise_file_limit()  # inherited by the broker: each connection is a descriptor there too
-    with running(kind) as broker:
-        create_topics(broker, plan.partitions, [TOPIC, FETCH_TOPIC])
-        generator = LoadGenerator(binary, broker.bootstrap, plan.timeout_s)
-        _fill(broker, plan)
-        _probe(generator, plan, warm_up_only=True)
-        result = {"idle": {"probe_ms": _probe(generator, plan)}}
-        print(f"  {kind.name:<12} idle: probe {_describe(result['idle']['probe_ms'])}", flush=True)
-        for mode in MODES:
-            for connections in plan.connections:
+    result = {}
+    with _started(kind, binary, plan) as (_, generator):
+        result["idle"] = {"probe_ms": _probe(generator, plan)}
+    print(f"  {kind.name:<12} idle: probe {_describe(result['idle']['probe_ms'])}", flush=True)
+    for mode in MODES:
+        for connections in plan.connections:
+            # A broker of its own for each point: the memory the connections take is measured
+            # from a start no earlier point has grown or fragmented.
+            with _started(kind, binary, plan) as (broker, generator):
                 try:
                     point = _busy_point(broker, generator, mode, connections, plan)
                 except BusyError as error:
@@ -98,8 +101,21 @@ def measure(kind: BrokerKind, binary: Path, plan: BusyPlan) -> dict:
                     print(
                         f"  {kind.name:<12} {mode} x {connections:,}: {_summary(point)}", flush=True
                     )
-                result[f"{mode}-{connections}"] = point
-        return result
+            result[f"{mode}-{connections}"] = point
+    return result
+
+
+@contextlib.contextmanager
+def _started(
+    kind: BrokerKind, binary: Path, plan: BusyPlan
+) -> Iterator[tuple[Broker, LoadGenerator]]:
+    """A broker with the busy topics, the fetch topic filled, and the probe warmed up."""
+    with running(kind) as broker:
+        create_topics(broker, plan.partitions, [TOPIC, FETCH_TOPIC])
+        generator = LoadGenerator(binary, broker.bootstrap, plan.timeout_s)
+        _fill(broker, plan)
+        _probe(generator, plan, warm_up_only=True)
+        yield broker, generator
 
 
 def _fill(broker: Broker, plan: BusyPlan) -> None:
@@ -276,7 +292,7 @@ def run(kinds: list[BrokerKind], binary: Path, plan: BusyPlan) -> tuple[dict, bo
 def _rows(plan: dict) -> list[tuple[str, str, tuple[str, ...]]]:
     """(label, point key, path in the point) for each row of the table."""
     rows = [
-        (f"idle produce {q} @ {plan['probe_rate']:,}/s (ms)", "idle", f"probe_ms.{q}")
+        (f"idle produce {q} @ {plan['probe_rate']:,}/s (ms)", "idle", ("probe_ms", q))
         for q in ("p50", "p99", "p99.9")
     ]
     for mode in MODES:
