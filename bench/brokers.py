@@ -151,12 +151,13 @@ def fjord_at(ref: str) -> BrokerKind:
         subprocess.run(["tar", "-x", "-C", str(tree)], stdin=archive.stdout, check=True)
         if archive.wait():
             raise BrokerError(f"git archive {sha} failed")
-        subprocess.run(
-            [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
-            cwd=tree,
-            check=True,
-            capture_output=True,
-        )
+        if (tree / "setup.py").exists():  # revisions before the C module have none
+            subprocess.run(
+                [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+                cwd=tree,
+                check=True,
+                capture_output=True,
+            )
     return BrokerKind(
         f"fjord@{sha[:7]}",
         FJORD.storage,

@@ -29,14 +29,15 @@ class Workload:
     timeout_s: float
 
 
-# Counts sized so each Tansu run lasts a few seconds on a 2-core machine; a broker 5x slower
-# still finishes `make bench` in a few minutes, and the timeout bounds anything slower.
+# Counts sized so each Tansu run lasts a few seconds on a fast 2-core machine (runs under a
+# second measured mostly start-up and noise there); a broker 5x slower still finishes in a few
+# minutes, and the timeout bounds anything slower.
 FULL = Workload(
     partitions=4,
     repetitions=3,
-    warmup_records=20_000,
-    records_1kb=400_000,
-    records_100b=3_000_000,
+    warmup_records=100_000,
+    records_1kb=2_000_000,
+    records_100b=10_000_000,
     latency_rate=1000,
     latency_seconds=10,
     latency_warmup_seconds=1,
