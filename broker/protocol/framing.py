@@ -11,7 +11,10 @@ import mmap
 import struct
 
 _SIZE = struct.Struct(">i")
-CHUNK = 64 * 1024
+# Each connection holds one chunk for as long as it is open, so its size is memory per
+# connection (a busy broker holds thousands): 16 KB takes many small requests in one read, and
+# a frame larger than it is read into a buffer of its own, which costs no more.
+CHUNK = 16 * 1024
 # A frame larger than this is read into anonymous memory that the kernel commits page by page
 # as the bytes arrive (a bytearray is zeroed, so committed, at once): a client announcing a
 # frame near socket.request.max.bytes and sending nothing costs address space, not memory.
@@ -69,7 +72,7 @@ class FrameDecoder:
                 )
             available = end - pos - 4
             if available >= size:
-                frames.append(bytes(chunk[pos + 4 : pos + 4 + size]))
+                frames.append(bytes(memoryview(chunk)[pos + 4 : pos + 4 + size]))
                 pos += 4 + size
             elif size > len(chunk) - 4:
                 # Too big for the chunk: move what has arrived into the frame's own buffer.
