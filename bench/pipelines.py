@@ -77,8 +77,10 @@ class PipelinePlan:
     fixed_batches: int = FIXED_BATCHES
 
 
+# The loop copies 1 KB records at a few hundred thousand a second on a fast 2-core machine: the
+# counts keep each copy several seconds long, so that start and end do not decide the rate.
 FULL = PipelinePlan(
-    records={100: 200_000, 1024: 100_000},
+    records={100: 1_000_000, 1024: 400_000},
     repetitions=3,
     latency_rate=500,
     latency_seconds=20,
