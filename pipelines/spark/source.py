@@ -62,10 +62,11 @@ def arrow_batches(records: list[ConsumerRecord], include_headers: bool) -> Itera
     ARROW_BATCH_BYTES of keys and values (and at least one record)."""
     start, size = 0, 0
     for i, r in enumerate(records):
-        size += len(r.value or b"") + len(r.key or b"")
-        if size > ARROW_BATCH_BYTES and i > start:
+        n = len(r.value or b"") + len(r.key or b"")
+        if size + n > ARROW_BATCH_BYTES and i > start:
             yield arrow_batch(records[start:i], include_headers)
-            start, size = i, len(r.value or b"") + len(r.key or b"")
+            start, size = i, 0
+        size += n
     yield arrow_batch(records[start:], include_headers)
 
 
