@@ -53,7 +53,7 @@ def key(kind: str, client: ClientOptions, *extra: Hashable) -> Hashable:
 
 
 def admin(client: ClientOptions) -> Callable[[], AdminClient]:
-    """What makes the admin client of `client`, kept under ADMIN."""
+    """What makes the admin client of `client` (kept under key("admin", client))."""
 
     def make() -> AdminClient:
         common = {k: v for k, v in client.options.items() if k in COMMON_OPTIONS}
