@@ -12,6 +12,7 @@ from pathlib import Path
 
 from broker.config import BrokerConfig, ConfigError, read_broker_config
 from broker.redaction import RedactingFormatter
+from broker.server.allocator import keep_large_buffers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, OSError) as e:
         print(f"fjord: invalid configuration: {e}", file=sys.stderr)
         return 2
+    keep_large_buffers()
     try:
         import uvloop
     except ImportError:
