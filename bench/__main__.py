@@ -141,6 +141,7 @@ def _throughput(args: argparse.Namespace) -> int:
         kind.name: {"storage": kind.storage, "status": "not run"}
         for kind in (brokers.TANSU, brokers.FJORD)
     }
+    runnable = []
     for kind in args.kinds:
         results[kind.name] = {"storage": kind.storage, "status": "not run"}
         reason = kind.unavailable()
@@ -150,8 +151,9 @@ def _throughput(args: argparse.Namespace) -> int:
             if args.only:
                 return 2
             continue
-        print(f"== {kind.name} ({kind.storage})", flush=True)
-        results[kind.name].update(_run(kind, binary, plan))
+        runnable.append(kind)
+    for name, outcome in _run(runnable, binary, plan).items():
+        results[name].update(outcome)
 
     result = _header(args)
     result["versions"]["tansu"] = brokers.tansu_version()
@@ -267,14 +269,38 @@ def _header(args: argparse.Namespace) -> dict:
     }
 
 
-def _run(kind: brokers.BrokerKind, binary: Path, plan: workload.Workload) -> dict:
-    try:
-        metrics = workload.measure(kind, binary, plan)
-    except brokers.BrokerError as error:
-        print(f"\n{kind.name} failed: {error}", file=sys.stderr, flush=True)
-        return {"status": f"failed: {str(error).splitlines()[0]}"}
-    errors = [entry["error"] for entry in metrics.values() if "error" in entry]
-    return {"status": f"failed: {errors[0]}" if errors else "ok", "metrics": metrics}
+def _run(kinds: list[brokers.BrokerKind], binary: Path, plan: workload.Workload) -> dict:
+    """Each kind's status and metrics, the repetitions of the kinds interleaved."""
+    samples = {kind.name: workload.Samples() for kind in kinds}
+    failures: dict[str, str] = {}
+
+    def attempt(kind: brokers.BrokerKind, measure: Callable[..., None], *args) -> None:
+        if kind.name in failures:
+            return
+        try:
+            measure(kind, binary, plan, *args, samples[kind.name])
+        except brokers.BrokerError as error:
+            print(f"\n{kind.name} failed: {error}", file=sys.stderr, flush=True)
+            failures[kind.name] = f"failed: {str(error).splitlines()[0]}"
+
+    for rep, kind in workload.interleaved(kinds, plan):
+        print(f"== {kind.name} ({kind.storage}), run {rep + 1}/{plan.repetitions}", flush=True)
+        attempt(kind, workload.measure_repetition, rep)
+    for kind in kinds:
+        print(f"== {kind.name} ({kind.storage}), latency", flush=True)
+        attempt(kind, workload.measure_latency)
+    outcomes = {}
+    for kind in kinds:
+        if kind.name in failures:
+            outcomes[kind.name] = {"status": failures[kind.name]}
+            continue
+        metrics = samples[kind.name].figures()
+        errors = [entry["error"] for entry in metrics.values() if "error" in entry]
+        outcomes[kind.name] = {
+            "status": f"failed: {errors[0]}" if errors else "ok",
+            "metrics": metrics,
+        }
+    return outcomes
 
 
 def _machine() -> dict:

@@ -78,16 +78,14 @@ METRICS = [
 ]
 
 
-def measure(kind: BrokerKind, binary: Path, workload: Workload) -> dict:
-    """Every metric's value (the median over repetitions) and raw samples, or its error.
+class Samples:
+    """One broker kind's samples of every metric, and the first error of each."""
 
-    Each test gets a freshly started broker: Tansu's memory engine slows down as it fills, so
-    tests sharing one broker would depend on their order.
-    """
-    samples: dict[str, list[float]] = {metric.key: [] for metric in METRICS}
-    errors: dict[str, str] = {}
+    def __init__(self) -> None:
+        self.values: dict[str, list[float]] = {metric.key: [] for metric in METRICS}
+        self.errors: dict[str, str] = {}
 
-    def attempt(broker: Broker, keys: list[str], name: str, action: Callable[[], object]):
+    def attempt(self, broker: Broker, keys: list[str], name: str, action: Callable[[], object]):
         print(f"  {broker.name:<6} {name} ...", end=" ", flush=True)
         try:
             outcome = action()
@@ -95,60 +93,82 @@ def measure(kind: BrokerKind, binary: Path, workload: Workload) -> dict:
             broker.check_alive()
             print(f"failed: {error}\n{broker.log_tail()}", flush=True)
             for key in keys:
-                errors.setdefault(key, f"{name}: {error}")
+                self.errors.setdefault(key, f"{name}: {error}")
             return None
         print(describe(outcome), flush=True)
         return outcome
 
+    def figures(self) -> dict:
+        """Every metric's value (the median over repetitions) and raw samples, or its error."""
+        return {
+            metric.key: (
+                {"value": statistics.median(values), "samples": values}
+                if metric.key not in self.errors
+                else {"error": self.errors[metric.key]}
+            )
+            for metric in METRICS
+            if (values := self.values[metric.key]) is not None
+        }
+
+
+def interleaved(kinds: list[BrokerKind], workload: Workload) -> Iterator[tuple[int, BrokerKind]]:
+    """(repetition, kind) in the order they run: every kind once per repetition, the order
+    rotating, so a machine whose speed drifts during the run (other tenants, a host handing
+    memory back and forth) slows each kind alike and no kind always runs first."""
+    for rep in range(workload.repetitions):
+        shift = rep % len(kinds)
+        for kind in kinds[shift:] + kinds[:shift]:
+            yield rep, kind
+
+
+def measure_repetition(
+    kind: BrokerKind, binary: Path, workload: Workload, rep: int, samples: Samples
+) -> None:
+    """One repetition of the throughput tests, each on a freshly started broker: Tansu's
+    memory engine slows down as it fills, so tests sharing one broker would depend on their
+    order. Raises BrokerError if the broker cannot start or dies."""
     produce_1kb = ["produce_1kb_mb_s", "produce_1kb_records_s"]
     consume_1kb = ["consume_1kb_mb_s", "consume_1kb_records_s"]
-    for rep in range(workload.repetitions):
-        label = f"(run {rep + 1}/{workload.repetitions})"
-        with _session(kind, binary, workload) as (broker, generator):
-            produced = attempt(
-                broker,
-                produce_1kb + consume_1kb,
-                f"produce 1 KB x {workload.records_1kb:,} {label}",
-                lambda: generator.produce(TOPIC, KB, workload.records_1kb),
-            )
-            if produced:
-                _add(samples, "produce_1kb", produced)
-                consumed = attempt(
-                    broker,
-                    consume_1kb,
-                    f"consume 1 KB x {workload.records_1kb:,} {label}",
-                    lambda: generator.consume(TOPIC, workload.partitions, workload.records_1kb),
-                )
-                if consumed:
-                    _add(samples, "consume_1kb", consumed)
-        with _session(kind, binary, workload) as (broker, generator):
-            produced = attempt(
-                broker,
-                ["produce_100b_mb_s", "produce_100b_records_s"],
-                f"produce 100 B x {workload.records_100b:,} {label}",
-                lambda: generator.produce(TOPIC, 100, workload.records_100b),
-            )
-            if produced:
-                _add(samples, "produce_100b", produced)
+    label = f"(run {rep + 1}/{workload.repetitions})"
     with _session(kind, binary, workload) as (broker, generator):
-        latency = attempt(
+        produced = samples.attempt(
+            broker,
+            produce_1kb + consume_1kb,
+            f"produce 1 KB x {workload.records_1kb:,} {label}",
+            lambda: generator.produce(TOPIC, KB, workload.records_1kb),
+        )
+        if produced:
+            _add(samples.values, "produce_1kb", produced)
+            consumed = samples.attempt(
+                broker,
+                consume_1kb,
+                f"consume 1 KB x {workload.records_1kb:,} {label}",
+                lambda: generator.consume(TOPIC, workload.partitions, workload.records_1kb),
+            )
+            if consumed:
+                _add(samples.values, "consume_1kb", consumed)
+    with _session(kind, binary, workload) as (broker, generator):
+        produced = samples.attempt(
+            broker,
+            ["produce_100b_mb_s", "produce_100b_records_s"],
+            f"produce 100 B x {workload.records_100b:,} {label}",
+            lambda: generator.produce(TOPIC, 100, workload.records_100b),
+        )
+        if produced:
+            _add(samples.values, "produce_100b", produced)
+
+
+def measure_latency(kind: BrokerKind, binary: Path, workload: Workload, samples: Samples) -> None:
+    with _session(kind, binary, workload) as (broker, generator):
+        latency = samples.attempt(
             broker,
             ["latency_p50_ms", "latency_p99_ms"],
             f"latency, 1 KB at {workload.latency_rate:,} records/s for {workload.latency_seconds} s",
             lambda: _latency(generator, workload),
         )
         if latency:
-            samples["latency_p50_ms"].append(latency.p50_ms)
-            samples["latency_p99_ms"].append(latency.p99_ms)
-
-    return {
-        metric.key: (
-            {"value": statistics.median(samples[metric.key]), "samples": samples[metric.key]}
-            if metric.key not in errors
-            else {"error": errors[metric.key]}
-        )
-        for metric in METRICS
-    }
+            samples.values["latency_p50_ms"].append(latency.p50_ms)
+            samples.values["latency_p99_ms"].append(latency.p99_ms)
 
 
 @contextlib.contextmanager
