@@ -898,8 +898,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef(
             "queued.max.requests",
             "int",
-            500,
-            "In-flight requests per connection before the broker stops reading from it.",
+            5,
+            "In-flight requests per connection before the broker stops reading from it. "
+            "Kafka takes one request of a connection at a time and reads the next once it "
+            "has answered; Fjord takes as many as a producer pipelines (5 by default in "
+            "Kafka's clients and in librdkafka with idempotence). Deeper pipelines add "
+            "nothing but held memory: megabyte produce requests waiting for acks=all.",
             at_least(1),
         ),
         ConfigDef(
