@@ -100,15 +100,14 @@ class Samples:
 
     def figures(self) -> dict:
         """Every metric's value (the median over repetitions) and raw samples, or its error."""
-        return {
-            metric.key: (
-                {"value": statistics.median(values), "samples": values}
-                if metric.key not in self.errors
-                else {"error": self.errors[metric.key]}
-            )
-            for metric in METRICS
-            if (values := self.values[metric.key]) is not None
-        }
+        figures = {}
+        for metric in METRICS:
+            if metric.key in self.errors:
+                figures[metric.key] = {"error": self.errors[metric.key]}
+            else:
+                values = self.values[metric.key]
+                figures[metric.key] = {"value": statistics.median(values), "samples": values}
+        return figures
 
 
 def interleaved(kinds: list[BrokerKind], workload: Workload) -> Iterator[tuple[int, BrokerKind]]:

@@ -15,7 +15,6 @@ mapped by the framing code itself, page by page as they arrive.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 
 log = logging.getLogger(__name__)
@@ -31,11 +30,9 @@ TRIM_THRESHOLD = 64 * 1024 * 1024
 def keep_large_buffers() -> bool:
     """Tune glibc's malloc as above; False where the C library is not glibc (musl, macOS),
     whose allocators have no such knobs and are left as they are."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    libc = ctypes.CDLL(name)
-    mallopt = getattr(libc, "mallopt", None)
+    # The symbols the process has loaded (its C library's among them), without looking the
+    # library up on disk.
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
     if mallopt is None:
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
