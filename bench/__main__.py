@@ -16,14 +16,16 @@ pipeline against a confluent-kafka transactional copy loop, and writes latest-pi
 Only with --cluster, and alone (it needs PostgreSQL at 127.0.0.1:5432 and takes minutes):
 cluster mode, acks=all produce on three brokers with replication factor 3 against acks=1 on
 one, and failover times after a leader's SIGKILL or controlled shutdown; latest-cluster.md.
-With --against REF, the throughput and busy-clients parts also run Fjord as of git revision REF,
-in the same sitting, so that a change is measured against the revision before it.
+With --against REF, the throughput, busy-clients and cluster throughput parts also run Fjord as
+of git revision REF, in the same sitting, so that a change is measured against the revision
+before it.
 Exit code 1 when a broker that ran failed, 2 when --only names one that cannot run here.
 """
 
 import argparse
 import dataclasses
 import datetime
+import functools
 import os
 import platform
 import signal
@@ -73,7 +75,7 @@ def main() -> int:
     parser.add_argument(
         "--against",
         metavar="REF",
-        help="also run Fjord as of this git revision (throughput and busy clients)",
+        help="also run Fjord as of this git revision (throughput, busy clients, cluster)",
     )
     parser.add_argument("--no-transactions", action="store_true", help="skip transactions")
     parser.add_argument(
@@ -225,8 +227,15 @@ def _pipelines(args: argparse.Namespace) -> int:
 
 
 def _cluster(args: argparse.Namespace) -> int:
+    against = brokers.fjord_at(args.against) if args.against else None
     return _fjord_part(
-        args, "cluster", "cluster", cluster, only=True, unavailable=cluster.unavailable
+        args,
+        "cluster",
+        "cluster",
+        cluster,
+        only=True,
+        unavailable=cluster.unavailable,
+        run=functools.partial(cluster.run, against=against),
     )
 
 
@@ -238,16 +247,18 @@ def _fjord_part(
     *,
     only: bool,
     unavailable: Callable[[], str | None] = brokers.FJORD.unavailable,
+    run: Callable[..., tuple[dict, bool]] | None = None,
 ) -> int:
     """A benchmark part measured on Fjord alone (`part` has REFERENCE_NOTE, QUICK, FULL, run
-    and markdown); its results go to bench/results/latest-<key>.md."""
+    and markdown, `run` standing in for part.run); its results go to
+    bench/results/latest-<key>.md."""
     reason = unavailable()
     if reason:
         print(f"== {title}: skipped, {reason}", flush=True)
         return 2 if args.only or only else 0
     print(f"\n== {title}, fjord ({part.REFERENCE_NOTE})", flush=True)
     header = _header(args)  # the load average before this part's own load
-    section, ok = part.run(part.QUICK if args.quick else part.FULL)
+    section, ok = (run or part.run)(part.QUICK if args.quick else part.FULL)
     result = {**header, key: section}
     print()
     print(part.markdown(result))

@@ -27,6 +27,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import functools
+import itertools
 import signal
 import statistics
 import subprocess
@@ -47,6 +48,7 @@ from bench.brokers import (
     START_TIMEOUT_S,
     Broker,
     BrokerError,
+    BrokerKind,
     ClientLog,
     create_topics,
     running,
@@ -122,9 +124,9 @@ def unavailable() -> str | None:
 
 
 @contextlib.contextmanager
-def cluster(size: int) -> Iterator[list[Broker]]:
-    """`size` brokers, node ids 1 to `size`, sharing a PostgreSQL database made for them and
-    dropped after."""
+def cluster(size: int, kind: BrokerKind = FJORD) -> Iterator[list[Broker]]:
+    """`size` brokers of `kind`, node ids 1 to `size`, sharing a PostgreSQL database made for
+    them and dropped after."""
     database = f"fjord_bench_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(f"{POSTGRES}/postgres", autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{database}"')
@@ -133,7 +135,7 @@ def cluster(size: int) -> Iterator[list[Broker]]:
             brokers = [
                 stack.enter_context(
                     running(
-                        FJORD,
+                        kind,
                         {"node.id": str(node), "metadata.store.url": f"{POSTGRES}/{database}"},
                     )
                 )
@@ -207,13 +209,15 @@ def _tests(load: workload.Workload) -> dict[str, tuple[int, int]]:
     }
 
 
-def throughput_side(side: str, binary: Path, load: workload.Workload) -> dict:
+def throughput_side(
+    side: str, binary: Path, load: workload.Workload, kind: BrokerKind = FJORD
+) -> dict:
     """The produce tests on freshly started brokers of `side`, back to back."""
     with contextlib.ExitStack() as stack:
         if side == "single":
-            brokers, replication, acks = [stack.enter_context(running(FJORD))], 1, "1"
+            brokers, replication, acks = [stack.enter_context(running(kind))], 1, "1"
         else:
-            brokers, replication, acks = stack.enter_context(cluster(BROKERS)), BROKERS, "all"
+            brokers, replication, acks = stack.enter_context(cluster(BROKERS, kind)), BROKERS, "all"
         generator = workload.warmed_up(
             brokers[0], binary, load, replication_factor=replication, acks=acks
         )
@@ -227,7 +231,9 @@ def throughput_side(side: str, binary: Path, load: workload.Workload) -> dict:
                     broker.check_alive()
                 raise ClusterBenchError(f"{SIDES[side]}, {key}: {error}") from error
             results[key] = asdict(produced)
-            print(f"  fjord  {SIDES[side]}: {key} ... {workload.describe(produced)}", flush=True)
+            print(
+                f"  {kind.name}  {SIDES[side]}: {key} ... {workload.describe(produced)}", flush=True
+            )
         if side == "cluster":
             # A follower that fell out of the ISR would have made the run a smaller
             # replication factor's.
@@ -235,13 +241,35 @@ def throughput_side(side: str, binary: Path, load: workload.Workload) -> dict:
     return results
 
 
-def measure_throughput(binary: Path, load: workload.Workload) -> dict:
-    samples: dict[str, list[dict]] = {side: [] for side in SIDES}
-    for rep in range(load.repetitions):
-        print(f"  throughput, run {rep + 1}/{load.repetitions}", flush=True)
+def measure_throughput(
+    binary: Path, load: workload.Workload, kinds: list[BrokerKind] | None = None
+) -> dict:
+    """Both sides for each kind of Fjord (this tree first, then a revision to compare with),
+    the kinds taking turns repetition by repetition: the figures of this tree, and of each
+    other kind under `against`."""
+    kinds = kinds or [FJORD]
+    samples: dict[str, dict[str, list[dict]]] = {
+        kind.name: {side: [] for side in SIDES} for kind in kinds
+    }
+    for rep, kind in workload.interleaved(kinds, load):
+        print(f"  throughput, {kind.name}, run {rep + 1}/{load.repetitions}", flush=True)
         order = list(SIDES)
         for side in order if rep % 2 == 0 else reversed(order):
-            samples[side].append(throughput_side(side, binary, load))
+            samples[kind.name][side].append(throughput_side(side, binary, load, kind))
+    figures = {name: _figures(load, runs) for name, runs in samples.items()}
+    own = kinds[0].name
+    return {
+        "figures": figures[own],
+        "samples": samples[own],
+        "against": {
+            name: {"figures": figures[name], "samples": samples[name]}
+            for name in samples
+            if name != own
+        },
+    }
+
+
+def _figures(load: workload.Workload, samples: dict[str, list[dict]]) -> dict:
     figures = {}
     for key in _tests(load):
         # Each repetition's two sides ran back to back: their ratio is steadier than a ratio
@@ -263,7 +291,7 @@ def measure_throughput(binary: Path, load: workload.Workload) -> dict:
             "ratios": ratios,
             "target_met": ratio >= TARGET_RATIO,
         }
-    return {"figures": figures, "samples": samples}
+    return figures
 
 
 # -- failover ----------------------------------------------------------------------------------
@@ -451,15 +479,17 @@ def _describe_failover(run: dict) -> str:
 # -- the part ----------------------------------------------------------------------------------
 
 
-def run(plan: ClusterPlan) -> tuple[dict, bool]:
-    """The results section for the report, and whether every figure was measured."""
+def run(plan: ClusterPlan, against: BrokerKind | None = None) -> tuple[dict, bool]:
+    """The results section for the report, and whether every figure was measured; with
+    `against`, the throughput part measures that revision too, in the same sitting."""
     section: dict = {
         "plan": asdict(plan),
         "throughput_producer_config": loadgen.PRODUCER_CONFIG,
         "failover_producer_config": FAILOVER_PRODUCER,
     }
     try:
-        section["throughput"] = measure_throughput(build.loadgen(), plan.throughput)
+        kinds = [FJORD] + ([against] if against is not None else [])
+        section["throughput"] = measure_throughput(build.loadgen(), plan.throughput, kinds)
         section["failover"] = measure_failover(plan)
     except (
         BrokerError,
@@ -506,17 +536,22 @@ def _throughput_markdown(throughput: dict, load: dict) -> list[str]:
         f"{BROKERS} brokers sharing a PostgreSQL database, replication factor {BROKERS}, "
         f"acks=all. {load['repetitions']} repetition(s) of both sides in alternating order, "
         "each side on freshly started brokers after a warm-up; the ratio is the median of "
-        "the repetitions' ratios.",
+        "the repetitions' ratios. Rows naming a revision (`--against`) ran in the same "
+        "sitting, the revisions taking turns repetition by repetition.",
         "",
         "| test | single, acks=1 (MB/s) | cluster, acks=all (MB/s) | single (records/s) "
         f"| cluster (records/s) | cluster/single | target (>= {TARGET_RATIO}) |",
         "|---|---:|---:|---:|---:|---:|---|",
     ]
     labels = {"produce_1kb": "produce 1 KB", "produce_100b": "produce 100 B"}
-    for key, figure in throughput["figures"].items():
+    rows = [("", throughput["figures"])] + [
+        (f" ({name})", other["figures"]) for name, other in throughput.get("against", {}).items()
+    ]
+    for (suffix, figures), key in itertools.product(rows, labels):
+        figure = figures[key]
         single, clustered = figure["single"], figure["cluster"]
         lines.append(
-            f"| {labels[key]} | {single['mb_per_s']:,.1f} | {clustered['mb_per_s']:,.1f} | "
+            f"| {labels[key]}{suffix} | {single['mb_per_s']:,.1f} | {clustered['mb_per_s']:,.1f} | "
             f"{single['records_per_s']:,.0f} | {clustered['records_per_s']:,.0f} | "
             f"**{figure['ratio']:.2f}** ({', '.join(f'{r:.2f}' for r in figure['ratios'])}) | "
             f"{'met' if figure['target_met'] else 'missed'} |"
