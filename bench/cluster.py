@@ -209,9 +209,7 @@ def _tests(load: workload.Workload) -> dict[str, tuple[int, int]]:
     }
 
 
-def throughput_side(
-    side: str, binary: Path, load: workload.Workload, kind: BrokerKind = FJORD
-) -> dict:
+def throughput_side(side: str, binary: Path, load: workload.Workload, kind: BrokerKind) -> dict:
     """The produce tests on freshly started brokers of `side`, back to back."""
     with contextlib.ExitStack() as stack:
         if side == "single":
@@ -241,13 +239,10 @@ def throughput_side(
     return results
 
 
-def measure_throughput(
-    binary: Path, load: workload.Workload, kinds: list[BrokerKind] | None = None
-) -> dict:
+def measure_throughput(binary: Path, load: workload.Workload, kinds: list[BrokerKind]) -> dict:
     """Both sides for each kind of Fjord (this tree first, then a revision to compare with),
     the kinds taking turns repetition by repetition: the figures of this tree, and of each
     other kind under `against`."""
-    kinds = kinds or [FJORD]
     samples: dict[str, dict[str, list[dict]]] = {
         kind.name: {side: [] for side in SIDES} for kind in kinds
     }
