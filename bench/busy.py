@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import resource
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import confluent_kafka
 
+from bench import procstat
 from bench.brokers import (
     REPO_DIR,
     Broker,
@@ -137,7 +137,7 @@ def _busy_point(
     broker: Broker, generator: LoadGenerator, mode: str, connections: int, plan: BusyPlan
 ) -> dict:
     pid = broker.process.pid
-    memory_before = _pss_kb(pid)
+    memory_before = procstat.pss_kb(pid)
     argv = [
         sys.executable,
         "-m",
@@ -160,13 +160,13 @@ def _busy_point(
         time.sleep(plan.settle_s)  # a steady load before the window opens, not a synchronization
         swarm.stdin.write("mark\n")
         swarm.stdin.flush()
-        cpu_before, started = _cpu_s(pid), time.monotonic()
+        cpu_before, started = procstat.cpu_times([pid]).total_s, time.monotonic()
         try:
             probe = _probe(generator, plan)
         except BusyError as error:  # the busy connections' own figures still count
             probe = {"error": str(error)}
-        cpu_s, window_s = _cpu_s(pid) - cpu_before, time.monotonic() - started
-        memory = _pss_kb(pid)
+        cpu_s, window_s = procstat.cpu_times([pid]).total_s - cpu_before, time.monotonic() - started
+        memory = procstat.pss_kb(pid)
         swarm.stdin.write("stop\n")
         swarm.stdin.flush()
         busy = json.loads(swarm.stdout.readline())
@@ -207,51 +207,6 @@ def _percentile(ordered: list[int], percent: float) -> float:
 def _raise_file_limit() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-def _tree(pid: int) -> list[int]:
-    """`pid` and its descendants: a broker that serves connections from several processes is
-    measured whole."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            parent = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(parent, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        todo.extend(children.get(current, ()))
-    return found
-
-
-def _cpu_s(pid: int) -> float:
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for member in _tree(pid):
-        try:
-            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / ticks
-
-
-def _pss_kb(pid: int) -> int:
-    total = 0
-    for member in _tree(pid):
-        try:
-            rollup = Path(f"/proc/{member}/smaps_rollup").read_text()
-        except OSError:
-            continue
-        total += next(
-            int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:")
-        )
-    return total
 
 
 def _describe(probe: dict) -> str:

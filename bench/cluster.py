@@ -42,7 +42,7 @@ import psycopg
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 
-from bench import build, loadgen, workload
+from bench import build, loadgen, procstat, workload
 from bench.brokers import (
     FJORD,
     START_TIMEOUT_S,
@@ -221,14 +221,21 @@ def throughput_side(side: str, binary: Path, load: workload.Workload, kind: Brok
         )
         in_sync(brokers, workload.TOPIC, load.timeout_s)
         results: dict = {}
+        pids = [broker.process.pid for broker in brokers]
         for key, (size, count) in _tests(load).items():
+            before = procstat.cpu_times(pids)
             try:
                 produced = generator.produce(workload.TOPIC, size, count, acks)
             except loadgen.LoadError as error:
                 for broker in brokers:
                     broker.check_alive()
                 raise ClusterBenchError(f"{SIDES[side]}, {key}: {error}") from error
-            results[key] = asdict(produced)
+            cpu = procstat.cpu_times(pids) - before
+            results[key] = {
+                **asdict(produced),
+                "broker_user_s": cpu.user_s,
+                "broker_system_s": cpu.system_s,
+            }
             print(
                 f"  {kind.name}  {SIDES[side]}: {key} ... {workload.describe(produced)}", flush=True
             )
@@ -274,19 +281,40 @@ def _figures(load: workload.Workload, samples: dict[str, list[dict]]) -> dict:
             for c, s in zip(samples["cluster"], samples["single"], strict=True)
         ]
         ratio = statistics.median(ratios)
+        size = _tests(load)[key][0]
+        # Each replica's share of the cluster's CPU against the one broker's whole: 1.0 when a
+        # replica costs what the single broker does per byte, whatever the cores they share.
+        per_replica = [
+            _cpu_s_per_gb(c[key], size) / BROKERS / _cpu_s_per_gb(s[key], size)
+            for c, s in zip(samples["cluster"], samples["single"], strict=True)
+        ]
         figures[key] = {
             **{
                 side: {
                     "records_per_s": statistics.median(r[key]["records_per_s"] for r in runs),
                     "mb_per_s": statistics.median(r[key]["mb_per_s"] for r in runs),
+                    "broker_user_s_per_gb": statistics.median(
+                        _cpu_s_per_gb(r[key], size, "broker_user_s") for r in runs
+                    ),
+                    "broker_system_s_per_gb": statistics.median(
+                        _cpu_s_per_gb(r[key], size, "broker_system_s") for r in runs
+                    ),
                 }
                 for side, runs in samples.items()
             },
             "ratio": ratio,
             "ratios": ratios,
             "target_met": ratio >= TARGET_RATIO,
+            "cpu_per_replica": statistics.median(per_replica),
+            "cpus_per_replica": per_replica,
         }
     return figures
+
+
+def _cpu_s_per_gb(run: dict, size: int, *kinds: str) -> float:
+    """The brokers' CPU seconds (of `kinds`, by default user and system) per GB produced."""
+    kinds = kinds or ("broker_user_s", "broker_system_s")
+    return sum(run[kind] for kind in kinds) / (run["records"] * size / 1e9)
 
 
 # -- failover ----------------------------------------------------------------------------------
@@ -550,6 +578,25 @@ def _throughput_markdown(throughput: dict, load: dict) -> list[str]:
             f"{single['records_per_s']:,.0f} | {clustered['records_per_s']:,.0f} | "
             f"**{figure['ratio']:.2f}** ({', '.join(f'{r:.2f}' for r in figure['ratios'])}) | "
             f"{'met' if figure['target_met'] else 'missed'} |"
+        )
+    lines += [
+        "",
+        "The brokers' CPU time (user + system, all brokers of the side) per GB produced, "
+        "medians; per replica: the cluster's CPU per GB divided by its replication factor, "
+        "against the single broker's (1.00 when a replica costs what one broker does).",
+        "",
+        "| test | single user (s/GB) | single system (s/GB) | cluster user (s/GB) "
+        "| cluster system (s/GB) | per replica / single |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for (suffix, figures), key in itertools.product(rows, labels):
+        figure = figures[key]
+        single, clustered = figure["single"], figure["cluster"]
+        lines.append(
+            f"| {labels[key]}{suffix} | {single['broker_user_s_per_gb']:.2f} "
+            f"| {single['broker_system_s_per_gb']:.2f} | {clustered['broker_user_s_per_gb']:.2f} "
+            f"| {clustered['broker_system_s_per_gb']:.2f} | **{figure['cpu_per_replica']:.2f}** "
+            f"({', '.join(f'{r:.2f}' for r in figure['cpus_per_replica'])}) |"
         )
     return [*lines, ""]
 
