@@ -35,6 +35,9 @@ class RequestContext:
     # Set by Fetch for a follower's fetch: replication is not a client, no client quota
     # counts or caps it (Kafka keeps separate replication quotas for it).
     replication: bool = False
+    # Whether the response may carry log data as file slices (FileSlice), which the connection
+    # sends with sendfile: on sockets without TLS.
+    zero_copy: bool = False
 
     @property
     def user(self) -> str:

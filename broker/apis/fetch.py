@@ -323,7 +323,9 @@ def _read(broker, ctx: RequestContext, request, wanted, read_committed: bool):
             else:
                 max_offset = log.high_watermark
             try:
-                data, _ = budget.read(log, p.fetch_offset, p.partition_max_bytes, max_offset)
+                data, _ = budget.read(
+                    log, p.fetch_offset, p.partition_max_bytes, max_offset, ctx.zero_copy
+                )
             except OffsetOutOfRangeError:
                 code = ErrorCode.offset_out_of_range
             else:
@@ -403,10 +405,14 @@ class FetchBudget:
     def __init__(self, max_bytes: int) -> None:
         self.remaining, self.first, self.total = max_bytes, True, 0
 
-    def read(self, log, offset: int, partition_max_bytes: int, max_offset: int):
+    def read(
+        self, log, offset: int, partition_max_bytes: int, max_offset: int, as_slice: bool = False
+    ):
         """The partition's read (raises OffsetOutOfRangeError) and the byte limit it had."""
         limit = min(partition_max_bytes, self.remaining)
-        data = log.read(offset, limit, max_offset=max_offset, min_one_batch=self.first)
+        data = log.read(
+            offset, limit, max_offset=max_offset, min_one_batch=self.first, as_slice=as_slice
+        )
         if data.size:
             self.remaining = max(0, self.remaining - data.size)
             self.total += data.size

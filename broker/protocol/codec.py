@@ -102,9 +102,10 @@ def _decode_legacy_request(frame: bytes, api_key: int, api_version: int) -> Requ
 
 
 class _Chunks:
-    """A kio output that keeps large values — record sets read from the log — as chunks of their
-    own, so a fetch response reaches the socket (writev) without being copied into one buffer.
-    Small writes are coalesced."""
+    """A kio output that keeps large values — record sets read from the log, or file slices of
+    it (storage.FileSlice, at least 64 KB) — as chunks of their own, so a fetch response reaches
+    the socket (writev, sendfile) without being copied into one buffer. Small writes are
+    coalesced."""
 
     LARGE = 16 * 1024
 

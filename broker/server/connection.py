@@ -33,6 +33,8 @@ from broker.quota.quota_manager import monotonic_ms
 from broker.security.listener import ListenerSecurity
 from broker.security.tls import ANONYMOUS, NoMatchingRule, peer_principal
 from broker.server import sasl_exchange
+from broker.server.file_sender import FileSender
+from broker.storage.file_slice import FileSlice
 
 log = logging.getLogger("broker.connection")
 
@@ -114,11 +116,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._quotas = broker.quotas
         self._muted_until = 0.0  # loop time; 0.0: not muted
         self._mute_timer: asyncio.TimerHandle | None = None
+        # Log data leaves as file slices, sent from the page cache, where no TLS is in the way.
+        self._zero_copy = security.ssl_context is None
+        self._sender: FileSender | None = None
 
     # -- asyncio callbacks -------------------------------------------------------------------
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        if self._zero_copy:
+            self._sender = FileSender(transport, self._drain_backlog, self._abort)
         peer = transport.get_extra_info("peername")
         self.peer = peer[0] if peer else "?"
         refused = self.broker.connection_quotas.accept(self.peer, self.listener)
@@ -158,6 +165,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc) -> None:
         self._closed = True
+        if self._sender is not None:
+            self._sender.close()
         if not self._admitted:
             self.broker.held_connections.discard(self)
             return
@@ -213,6 +222,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._writing_paused
             or len(self._queue) >= self.max_in_flight
             or self._muted_until > 0.0
+            or (self._sender is not None and self._sender.busy)
         )
 
     def _check_idle(self) -> None:
@@ -305,6 +315,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             listener=self.listener,
             principal=self.principal,
             replication=replication,
+            zero_copy=self._zero_copy,
         )
 
     async def _complete(
@@ -395,8 +406,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return True
 
     def _write(self, slot: _Slot) -> None:
-        if slot.payload is not None:
-            self.transport.writelines(frame(slot.payload))
+        payload = slot.payload
+        if payload is None:
+            return
+        sender = self._sender
+        if sender is not None and (sender.busy or any(type(p) is FileSlice for p in payload)):
+            sender.write(frame(payload))
+        else:
+            self.transport.writelines(frame(payload))
 
     def _mute(self, throttle_ms: int) -> None:
         """KIP-219: read nothing more from a throttled client until its throttle time is over
@@ -466,3 +483,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if not self._closed:
             self._closed = True
             self.transport.close()
+
+    def _abort(self) -> None:
+        """A response broke off mid-stream: nothing more can be framed on this connection."""
+        self._closed = True
+        self.transport.abort()

@@ -29,6 +29,7 @@ from broker.records.legacy import MAGIC_V0, LegacyAppend
 from broker.storage.checkpoint import fsync_directory
 from broker.storage.config import LogConfig
 from broker.storage.errors import OffsetOutOfRangeError
+from broker.storage.file_slice import FileSlice
 from broker.storage.leader_epoch_cache import (
     LEADER_EPOCH_CHECKPOINT,
     UNDEFINED_EPOCH,
@@ -56,6 +57,12 @@ from broker.storage.transaction_index import TXN_INDEX_SUFFIX, AbortedTxn
 
 logger = logging.getLogger("broker.storage.log")
 
+# Reads sent from the file (FileSlice): large enough that sendfile beats a copy through memory
+# (and, at 64 KB, always a buffer of its own in an encoded response: protocol.codec's _Chunks
+# keeps values from 16 KB apart); in few enough batches that their headers are cheaper to
+# read than the batches.
+SLICE_MIN_BYTES = 64 * 1024
+SLICE_MAX_BATCHES = 16
 _SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
@@ -74,11 +81,11 @@ class AppendResult:
 
 @dataclass(slots=True)
 class FetchData:
-    """Whole batches as file slices; `first_offset` is the first returned batch's base offset
-    (the requested offset when nothing is returned), `next_offset` the offset after the last
-    returned batch (the requested offset when nothing is returned)."""
+    """Whole batches, read or as a FileSlice; `first_offset` is the first returned batch's base
+    offset (the requested offset when nothing is returned), `next_offset` the offset after the
+    last returned batch (the requested offset when nothing is returned)."""
 
-    records: list[bytes | memoryview]
+    records: list[bytes | memoryview | FileSlice]
     size: int
     first_offset: int
     next_offset: int = -1
@@ -651,12 +658,15 @@ class Log:
         *,
         max_offset: int | None = None,
         min_one_batch: bool = True,
+        as_slice: bool = False,
     ) -> FetchData:
         """Whole batches from the one containing `offset`, from a single segment as Kafka does.
 
         Stops before a batch whose base offset is >= `max_offset` (high watermark or LSO) and
         within `max_bytes`, except that with `min_one_batch` a first batch larger than
-        `max_bytes` is returned whole. Only the needed slice of the file is read.
+        `max_bytes` is returned whole. Only the needed slice of the file is read; with
+        `as_slice`, a read of at least SLICE_MIN_BYTES in few batches is not read at all but
+        returned as a FileSlice, for the network to send from the file.
         """
         with self._lock:
             start, end = self._log_start_offset, self._log_end_offset
@@ -676,6 +686,20 @@ class Log:
             if max_offset is not None and header.base_offset >= max_offset:
                 return empty
             limit = max(0, min(max_bytes, segment.size - position))
+            if as_slice:
+                walked = segment.whole_batches(position, limit, max_offset, SLICE_MAX_BATCHES)
+                if walked is not None:
+                    total, next_offset = walked
+                    if not total:
+                        if not min_one_batch:
+                            return empty
+                        total, next_offset = header.size, header.next_offset
+                    data = (
+                        segment.file_slice(position, total)
+                        if total >= SLICE_MIN_BYTES
+                        else segment.read_at(position, total)
+                    )
+                    return FetchData([data], total, header.base_offset, next_offset)
             chunk = segment.read_at(position, limit) if limit else b""
             total = 0
             next_offset = offset

@@ -17,6 +17,7 @@ from broker.records.batch import (
 )
 from broker.records.entries import entry_records
 from broker.storage.config import LogConfig
+from broker.storage.file_slice import FileSlice
 from broker.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 from broker.storage.transaction_index import TXN_INDEX_SUFFIX, TransactionIndex
 
@@ -284,6 +285,27 @@ class LogSegment:
 
     def read_at(self, position: int, length: int) -> bytes:
         return os.pread(self._fd, length, position)
+
+    def file_slice(self, position: int, length: int) -> FileSlice:
+        return FileSlice(self._fd, position, length)
+
+    def whole_batches(
+        self, position: int, limit: int, max_offset: int | None, max_batches: int
+    ) -> tuple[int, int] | None:
+        """(bytes, next offset) of the whole batches from `position` that end within `limit`
+        bytes and start below `max_offset` ((0, -1) when the first does not), told from their
+        headers alone; None when that takes more than `max_batches` headers (small batches
+        are cheaper to read than to walk)."""
+        total, next_offset = 0, -1
+        for count, (pos, header) in enumerate(self.batches_from(position)):
+            if count == max_batches:
+                return None
+            if pos + header.size > position + limit or (
+                max_offset is not None and header.base_offset >= max_offset
+            ):
+                break
+            total, next_offset = pos + header.size - position, header.next_offset
+        return total, next_offset
 
     def batches_from(self, position: int) -> Iterator[tuple[int, BatchHeader]]:
         """Headers of whole batches from `position`, one header-sized pread each."""
