@@ -43,8 +43,9 @@ def markdown(result: dict) -> str:
         f"Tansu {result['versions']['tansu']}, Fjord at {result['versions']['fjord_commit']}.",
         f"Fjord stores to {brokers['fjord']['storage']}, Tansu to {brokers['tansu']['storage']}; "
         f"{result['workload']['partitions']} partitions, acks=1, no compression, batches up to 1 MB, "
-        "each test on a freshly started broker after a warm-up, throughput the median of "
-        f"{result['workload']['repetitions']} run(s), the brokers taking turns run by run.",
+        "each test on a freshly started broker after a warm-up, throughput and latency the "
+        f"median of {result['workload']['repetitions']} run(s), the brokers taking turns run "
+        "by run.",
         "",
         "| metric | Fjord | Tansu | Fjord/Tansu |"
         + "".join(f" {name} | Fjord/{name} |" for name in others),
