@@ -410,7 +410,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if payload is None:
             return
         sender = self._sender
-        if sender is not None and (sender.busy or any(type(p) is FileSlice for p in payload)):
+        # A slice is a part of its own, after the response's first bytes: one-part responses
+        # (most) are not searched.
+        if sender is not None and (
+            sender.busy or (len(payload) > 1 and any(type(p) is FileSlice for p in payload))
+        ):
             sender.write(frame(payload))
         else:
             self.transport.writelines(frame(payload))

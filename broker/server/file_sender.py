@@ -39,14 +39,13 @@ class FileSender:
         self._watching = False
         self._on_idle = on_idle
         self._on_error = on_error
-
-    @property
-    def busy(self) -> bool:
-        """Whether responses are queued here: later ones must queue behind them."""
-        return bool(self._parts)
+        # Whether responses are queued here, so later ones must queue behind them (an
+        # attribute, not a property: the connection asks on every request).
+        self.busy = False
 
     def write(self, parts: list[bytes | memoryview | FileSlice]) -> None:
         self._parts.extend(parts)
+        self.busy = True
         if not self._watching:
             self._send()
 
@@ -57,6 +56,7 @@ class FileSender:
             if type(part) is FileSlice:
                 part.close()
         self._parts.clear()
+        self.busy = False
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -95,6 +95,7 @@ class FileSender:
             self.close()
             self._on_error()
             return
+        self.busy = False
         self._unwatch()
         self._on_idle()
 
