@@ -570,15 +570,24 @@ def _throughput_markdown(throughput: dict, load: dict) -> list[str]:
     rows = [("", throughput["figures"])] + [
         (f" ({name})", other["figures"]) for name, other in throughput.get("against", {}).items()
     ]
-    for (suffix, figures), key in itertools.product(rows, labels):
-        figure = figures[key]
-        single, clustered = figure["single"], figure["cluster"]
-        lines.append(
-            f"| {labels[key]}{suffix} | {single['mb_per_s']:,.1f} | {clustered['mb_per_s']:,.1f} | "
+
+    def table(cells: Callable[[dict, dict, dict], str]) -> list[str]:
+        """A row per test and revision: cells(figure, single, cluster)."""
+        return [
+            f"| {labels[key]}{suffix} | "
+            + cells(figures[key], figures[key]["single"], figures[key]["cluster"])
+            + " |"
+            for (suffix, figures), key in itertools.product(rows, labels)
+        ]
+
+    lines += table(
+        lambda figure, single, clustered: (
+            f"{single['mb_per_s']:,.1f} | {clustered['mb_per_s']:,.1f} | "
             f"{single['records_per_s']:,.0f} | {clustered['records_per_s']:,.0f} | "
-            f"**{figure['ratio']:.2f}** ({', '.join(f'{r:.2f}' for r in figure['ratios'])}) | "
-            f"{'met' if figure['target_met'] else 'missed'} |"
+            f"**{figure['ratio']:.2f}** ({_listed(figure['ratios'])}) | "
+            f"{'met' if figure['target_met'] else 'missed'}"
         )
+    )
     lines += [
         "",
         "The brokers' CPU time (user + system, all brokers of the side) per GB produced, "
@@ -589,16 +598,19 @@ def _throughput_markdown(throughput: dict, load: dict) -> list[str]:
         "| cluster system (s/GB) | per replica / single |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    for (suffix, figures), key in itertools.product(rows, labels):
-        figure = figures[key]
-        single, clustered = figure["single"], figure["cluster"]
-        lines.append(
-            f"| {labels[key]}{suffix} | {single['broker_user_s_per_gb']:.2f} "
-            f"| {single['broker_system_s_per_gb']:.2f} | {clustered['broker_user_s_per_gb']:.2f} "
-            f"| {clustered['broker_system_s_per_gb']:.2f} | **{figure['cpu_per_replica']:.2f}** "
-            f"({', '.join(f'{r:.2f}' for r in figure['cpus_per_replica'])}) |"
+    lines += table(
+        lambda figure, single, clustered: (
+            f"{single['broker_user_s_per_gb']:.2f} | {single['broker_system_s_per_gb']:.2f} | "
+            f"{clustered['broker_user_s_per_gb']:.2f} | "
+            f"{clustered['broker_system_s_per_gb']:.2f} | "
+            f"**{figure['cpu_per_replica']:.2f}** ({_listed(figure['cpus_per_replica'])})"
         )
+    )
     return [*lines, ""]
+
+
+def _listed(values: list[float]) -> str:
+    return ", ".join(f"{v:.2f}" for v in values)
 
 
 def _failover_markdown(failover: dict, plan: dict) -> list[str]:

@@ -125,7 +125,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_made(self, transport) -> None:
         self.transport = transport
         if self._zero_copy:
-            self._sender = FileSender(transport, self._drain_backlog, self._abort)
+            self._sender = FileSender(transport, self._sender_idle, self._abort)
         peer = transport.get_extra_info("peername")
         self.peer = peer[0] if peer else "?"
         refused = self.broker.connection_quotas.accept(self.peer, self.listener)
@@ -167,6 +167,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._closed = True
         if self._sender is not None:
             self._sender.close()
+            for slot in self._queue:  # answered but never written: their slices' descriptors
+                for part in slot.payload or ():
+                    if type(part) is FileSlice:
+                        part.close()
         if not self._admitted:
             self.broker.held_connections.discard(self)
             return
@@ -486,7 +490,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            if self._sender is not None and self._sender.busy:
+                return  # closed when what is queued there is written, as the transport's own
             self.transport.close()
+
+    def _sender_idle(self) -> None:
+        if self._closed:
+            self.transport.close()
+        else:
+            self._drain_backlog()
 
     def _abort(self) -> None:
         """A response broke off mid-stream: nothing more can be framed on this connection."""

@@ -68,10 +68,10 @@ class FileSender:
         if self._transport.get_write_buffer_size():
             self._watch()  # the transport's buffer goes out first
             return
-        if self._fd < 0:
-            self._fd = os.dup(self._transport.get_extra_info("socket").fileno())
         parts = self._parts
         try:
+            if self._fd < 0:
+                self._fd = os.dup(self._transport.get_extra_info("socket").fileno())
             while parts:
                 head = parts[0]
                 if type(head) is FileSlice:
@@ -79,6 +79,9 @@ class FileSender:
                         self._fd, head.fd, head.position + self._sent, head.size - self._sent
                     )
                     if sent == 0:
+                        # The log was truncated under the slice (a leader turned follower):
+                        # as with Kafka's FileRecords, the bytes are read when sent, not when
+                        # the response was made.
                         raise OSError("segment file truncated while being sent")
                     self._sent += sent
                     if self._sent == head.size:
@@ -111,7 +114,7 @@ class FileSender:
             buffers[0] = memoryview(buffers[0])[self._sent :]
         written = os.writev(self._fd, buffers) + self._sent
         self._sent = 0
-        while written and written >= len(parts[0]):
+        while parts and type(parts[0]) is not FileSlice and written >= len(parts[0]):
             written -= len(parts.popleft())
         self._sent = written
         if written:
@@ -120,7 +123,13 @@ class FileSender:
     def _watch(self) -> None:
         if not self._watching:
             if self._fd < 0:
-                self._fd = os.dup(self._transport.get_extra_info("socket").fileno())
+                try:
+                    self._fd = os.dup(self._transport.get_extra_info("socket").fileno())
+                except OSError as e:
+                    log.info("closing connection: no descriptor to send with: %s", e)
+                    self.close()
+                    self._on_error()
+                    return
             asyncio.get_running_loop().add_writer(self._fd, self._send)
             self._watching = True
 

@@ -22,12 +22,6 @@ class FileSlice:
     def __len__(self) -> int:
         return self.size
 
-    def __bytes__(self) -> bytes:
-        data = os.pread(self.fd, self.size, self.position)
-        if len(data) != self.size:
-            raise OSError(f"segment file truncated under a slice of {self.size} bytes")
-        return data
-
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)

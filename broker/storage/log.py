@@ -91,6 +91,15 @@ class FetchData:
     next_offset: int = -1
 
 
+def _slice_or_read(segment: LogSegment, position: int, size: int) -> bytes | FileSlice:
+    if size >= SLICE_MIN_BYTES:
+        try:
+            return segment.file_slice(position, size)
+        except OSError:  # out of descriptors (EMFILE): the read still answers
+            pass
+    return segment.read_at(position, size)
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -686,20 +695,22 @@ class Log:
             if max_offset is not None and header.base_offset >= max_offset:
                 return empty
             limit = max(0, min(max_bytes, segment.size - position))
-            if as_slice:
-                walked = segment.whole_batches(position, limit, max_offset, SLICE_MAX_BATCHES)
+            if as_slice and (limit >= SLICE_MIN_BYTES or header.size >= SLICE_MIN_BYTES):
+                walked = segment.whole_batches(
+                    position, header, limit, max_offset, SLICE_MAX_BATCHES
+                )
                 if walked is not None:
                     total, next_offset = walked
                     if not total:
                         if not min_one_batch:
                             return empty
                         total, next_offset = header.size, header.next_offset
-                    data = (
-                        segment.file_slice(position, total)
-                        if total >= SLICE_MIN_BYTES
-                        else segment.read_at(position, total)
+                    return FetchData(
+                        [_slice_or_read(segment, position, total)],
+                        total,
+                        header.base_offset,
+                        next_offset,
                     )
-                    return FetchData([data], total, header.base_offset, next_offset)
             chunk = segment.read_at(position, limit) if limit else b""
             total = 0
             next_offset = offset

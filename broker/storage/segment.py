@@ -3,6 +3,7 @@ aborted transaction's marker, `.txnindex` (Kafka's LogSegment)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -290,14 +291,20 @@ class LogSegment:
         return FileSlice(self._fd, position, length)
 
     def whole_batches(
-        self, position: int, limit: int, max_offset: int | None, max_batches: int
+        self,
+        position: int,
+        first: BatchHeader,
+        limit: int,
+        max_offset: int | None,
+        max_batches: int,
     ) -> tuple[int, int] | None:
-        """(bytes, next offset) of the whole batches from `position` that end within `limit`
-        bytes and start below `max_offset` ((0, -1) when the first does not), told from their
-        headers alone; None when that takes more than `max_batches` headers (small batches
-        are cheaper to read than to walk)."""
+        """(bytes, next offset) of the whole batches from `position` (where `first` is) that end
+        within `limit` bytes and start below `max_offset` ((0, -1) when the first does not),
+        told from their headers alone; None when that takes more than `max_batches` headers
+        (small batches are cheaper to read than to walk)."""
         total, next_offset = 0, -1
-        for count, (pos, header) in enumerate(self.batches_from(position)):
+        batches = itertools.chain([(position, first)], self.batches_from(position + first.size))
+        for count, (pos, header) in enumerate(batches):
             if count == max_batches:
                 return None
             if pos + header.size > position + limit or (

@@ -106,3 +106,26 @@ async def test_responses_from_files_arrive_whole_and_in_order_behind_a_stalled_r
     client.close()
     await wait_until(lambda: len(broker.connections) == 1, what="the connection closed")
     await wait_until(lambda: open_descriptors() <= descriptors, what="descriptors closed")
+
+
+async def test_a_connection_closed_mid_send_first_writes_what_it_answered(broker, broker_client):
+    with open("/proc/sys/net/ipv4/tcp_wmem") as f:
+        send_buffer_max = int(f.read().split()[2])
+    count = send_buffer_max // MB + 2
+    topic = await broker.create_topic("big", 1, {})
+    batches = [megabyte_batch(seed) for seed in range(count)]
+    for data in batches:
+        await broker_client.send(produce_request("big", data))
+    client = await slow_reader(broker.bound["PLAINTEXT"][1])
+    size = count * len(batches[0])
+    await client.send(
+        framed(fetch_request(topic.topic_id, 0, partition_max_bytes=size, max_bytes=size), 1)
+    )
+    await wait_until(lambda: sending_from_file(broker), what="a send waiting for the socket")
+    (sending,) = [c for c in broker.connections if c._sender is not None and c._sender.busy]
+    sending.close()  # as the broker's shutdown does: the transport's close flushes first
+
+    frame = await client.read_frame()
+    part = codec.decode_response(frame, 1, 16)[1].responses[0].partitions[0]
+    assert values(part.records) == [v for data in batches for v in values(data)]
+    assert await client.closed_by_broker()
