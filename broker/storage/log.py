@@ -95,7 +95,7 @@ def _slice_or_read(segment: LogSegment, position: int, size: int) -> bytes | Fil
     if size >= SLICE_MIN_BYTES:
         try:
             return segment.file_slice(position, size)
-        except OSError:  # out of descriptors (EMFILE): the read still answers
+        except OSError:  # out of descriptors, or of the slices' share of them: read instead
             pass
     return segment.read_at(position, size)
 

@@ -105,3 +105,18 @@ def test_a_dropped_slice_closes_its_descriptor(tmp_path):
     else:
         raise AssertionError(f"descriptor {fd} still open after its slice was dropped")
     log.close()
+
+
+def test_past_the_slices_share_of_descriptors_reads_go_through_memory(tmp_path, monkeypatch):
+    log = Log.open(tmp_path / "t-0", CONFIG)
+    append(log, 10, 50_000, seed=1)
+    append(log, 10, 50_000, seed=2)
+    monkeypatch.setattr(FileSlice, "budget", FileSlice.held + 1)
+    first = log.read(0, 600_000, as_slice=True)
+    second = log.read(10, 600_000, as_slice=True)
+    assert isinstance(first.records[0], FileSlice)
+    assert not isinstance(second.records[0], FileSlice)  # the share is spent
+    assert as_bytes(second) == as_bytes(log.read(10, 600_000))
+    first.records[0].close()
+    assert isinstance(log.read(10, 600_000, as_slice=True).records[0], FileSlice)
+    log.close()
