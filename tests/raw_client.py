@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import struct
 from collections.abc import Callable
 
@@ -23,11 +24,16 @@ async def wait_until(predicate: Callable[[], object], timeout: float = 30, what:
         raise AssertionError(f"timed out waiting for {what or predicate}") from None
 
 
+def framed(request, correlation_id: int) -> bytes:
+    """A kio request entity as it goes on the wire: size, header, body."""
+    payload = codec.encode_request(request, correlation_id)
+    return SIZE.pack(len(payload)) + payload
+
+
 def api_versions_request(correlation_id: int, version: int = 0) -> bytes:
     """An ApiVersions request, framed."""
     fields = {"client_software_name": "raw", "client_software_version": "1"}
-    payload = codec.encode_request(req(18, version, "ApiVersionsRequest", **fields), correlation_id)
-    return SIZE.pack(len(payload)) + payload
+    return framed(req(18, version, "ApiVersionsRequest", **fields), correlation_id)
 
 
 class RawClient:
@@ -36,8 +42,16 @@ class RawClient:
         self.writer = writer
 
     @classmethod
-    async def open(cls, host: str, port: int) -> RawClient:
-        return cls(*await asyncio.open_connection(host, port))
+    async def open(cls, host: str, port: int, receive_buffer: int | None = None) -> RawClient:
+        """With `receive_buffer`, the socket's receive buffer is that small and fixed, so a
+        broker writing to a client that does not read blocks soon."""
+        if receive_buffer is None:
+            return cls(*await asyncio.open_connection(host, port))
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, (host, port))
+        return cls(*await asyncio.open_connection(sock=sock))
 
     async def send(self, data: bytes) -> None:
         self.writer.write(data)

@@ -34,7 +34,7 @@ from broker.security.listener import ListenerSecurity
 from broker.security.tls import ANONYMOUS, NoMatchingRule, peer_principal
 from broker.server import sasl_exchange
 from broker.server.file_sender import FileSender
-from broker.storage.file_slice import FileSlice
+from broker.storage.file_slice import FileSlice, close_slices
 
 log = logging.getLogger("broker.connection")
 
@@ -168,9 +168,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self._sender is not None:
             self._sender.close()
             for slot in self._queue:  # answered but never written: their slices' descriptors
-                for part in slot.payload or ():
-                    if type(part) is FileSlice:
-                        part.close()
+                close_slices(slot.payload or ())
         if not self._admitted:
             self.broker.held_connections.discard(self)
             return

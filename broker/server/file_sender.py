@@ -17,7 +17,7 @@ import os
 from collections import deque
 from collections.abc import Callable
 
-from broker.storage.file_slice import FileSlice
+from broker.storage.file_slice import FileSlice, close_slices
 
 log = logging.getLogger("broker.server.file_sender")
 
@@ -52,9 +52,7 @@ class FileSender:
     def close(self) -> None:
         """The connection is gone: drop what is queued."""
         self._unwatch()
-        for part in self._parts:
-            if type(part) is FileSlice:
-                part.close()
+        close_slices(self._parts)
         self._parts.clear()
         self.busy = False
         if self._fd >= 0:
@@ -65,13 +63,12 @@ class FileSender:
         if self._transport.is_closing():
             self._unwatch()  # connection_lost drops the rest
             return
-        if self._transport.get_write_buffer_size():
-            self._watch()  # the transport's buffer goes out first
-            return
         parts = self._parts
         try:
             if self._fd < 0:
                 self._fd = os.dup(self._transport.get_extra_info("socket").fileno())
+            if self._transport.get_write_buffer_size():
+                raise BlockingIOError  # the transport's own buffer goes out first
             while parts:
                 head = parts[0]
                 if type(head) is FileSlice:
@@ -113,7 +110,6 @@ class FileSender:
         if self._sent:
             buffers[0] = memoryview(buffers[0])[self._sent :]
         written = os.writev(self._fd, buffers) + self._sent
-        self._sent = 0
         while parts and type(parts[0]) is not FileSlice and written >= len(parts[0]):
             written -= len(parts.popleft())
         self._sent = written
@@ -122,14 +118,6 @@ class FileSender:
 
     def _watch(self) -> None:
         if not self._watching:
-            if self._fd < 0:
-                try:
-                    self._fd = os.dup(self._transport.get_extra_info("socket").fileno())
-                except OSError as e:
-                    log.info("closing connection: no descriptor to send with: %s", e)
-                    self.close()
-                    self._on_error()
-                    return
             asyncio.get_running_loop().add_writer(self._fd, self._send)
             self._watching = True
 

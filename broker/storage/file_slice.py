@@ -46,3 +46,10 @@ class FileSlice:
 
     def __del__(self) -> None:
         self.close()
+
+
+def close_slices(parts) -> None:
+    """Close the slices among a response's parts that will not be sent."""
+    for part in parts:
+        if type(part) is FileSlice:
+            part.close()

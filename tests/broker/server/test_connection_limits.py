@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 
 from in_process_broker import running_broker
 from kafka_requests import fetch_request
@@ -133,17 +132,13 @@ async def test_announcing_huge_frames_does_not_commit_their_memory(tmp_path):
 async def test_client_that_never_reads_makes_the_broker_stop_reading(tmp_path):
     requests = 50_000
     async with running_broker(tmp_path) as (broker, conn):
-        sock = socket.socket()
-        # A small receive window, so responses back up into the broker quickly.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.setblocking(False)
-        await asyncio.get_running_loop().sock_connect(sock, broker.bound["PLAINTEXT"])
         known = set(broker.connections)
-        reader, writer = await asyncio.open_connection(sock=sock)
+        # A small receive window, so responses back up into the broker quickly.
+        client = await RawClient.open(*broker.bound["PLAINTEXT"], receive_buffer=4096)
         await wait_until(lambda: len(broker.connections) == len(known) + 1)
         server = server_side(broker, known)
         frames = [api_versions_request(i) for i in range(requests)]
-        writer.write(b"".join(frames))  # pipelined; the client never drains its responses
+        client.writer.write(b"".join(frames))  # pipelined; the client never drains its responses
 
         low, high = server.transport.get_write_buffer_limits()
         await wait_until(
@@ -162,10 +157,8 @@ async def test_client_that_never_reads_makes_the_broker_stop_reading(tmp_path):
 
         # Nothing was dropped: once the client reads, every response comes, in order.
         for i in range(requests):
-            (size,) = SIZE.unpack(await reader.readexactly(4))
-            payload = await reader.readexactly(size)
-            assert SIZE.unpack_from(payload, 0)[0] == i
-        writer.close()
+            assert SIZE.unpack_from(await client.read_frame(), 0)[0] == i
+        client.close()
 
 
 async def test_slow_loris_does_not_block_other_connections(tmp_path):

@@ -5,29 +5,25 @@ after the connection."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
-import socket
 
 from kafka_requests import fetch_request, produce_request
 from kio.schema.errors import ErrorCode
-from raw_client import SIZE, RawClient, api_versions_request, wait_until
+from raw_client import SIZE, RawClient, api_versions_request, framed, wait_until
 
 from broker.protocol import codec
 from broker.records.batch import build_batch, decode_batch, iter_batches
 
 MB = 1 << 20
+RECORDS_PER_BATCH = 20
 
 
 def megabyte_batch(seed: int) -> bytes:
     rng = random.Random(seed)
-    return build_batch([(None, rng.randbytes(50_000), [], 1000 + i) for i in range(20)])
-
-
-def framed(request, correlation_id: int) -> bytes:
-    payload = codec.encode_request(request, correlation_id)
-    return SIZE.pack(len(payload)) + payload
+    return build_batch(
+        [(None, rng.randbytes(50_000), [], 1000 + i) for i in range(RECORDS_PER_BATCH)]
+    )
 
 
 def values(records: bytes) -> list[bytes]:
@@ -42,13 +38,32 @@ def open_descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-async def slow_reader(port: int) -> RawClient:
-    """A client whose receive buffer is small and fixed, so the broker's sends block soon."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
-    sock.setblocking(False)
-    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
-    return RawClient(*await asyncio.open_connection(sock=sock))
+def beyond_kernel_buffers() -> int:
+    """Megabyte batches that outgrow what the kernel buffers for a socket, whatever it grows
+    to, so that a broker sending them to a client that does not read must wait."""
+    with open("/proc/sys/net/ipv4/tcp_wmem") as f:
+        return int(f.read().split()[2]) // MB + 2
+
+
+async def big_topic(broker, broker_client, batches: int):
+    """A topic of one partition holding `batches` megabyte batches, and the batches."""
+    topic = await broker.create_topic("big", 1, {})
+    written = [megabyte_batch(seed) for seed in range(batches)]
+    for data in written:
+        response = await broker_client.send(produce_request("big", data))
+        assert response.responses[0].partition_responses[0].error_code == ErrorCode.none
+    return topic, written
+
+
+async def slow_reader(broker) -> RawClient:
+    return await RawClient.open(*broker.bound["PLAINTEXT"], receive_buffer=16 * 1024)
+
+
+def big_fetch(topic, offset: int, size: int, correlation_id: int) -> bytes:
+    return framed(
+        fetch_request(topic.topic_id, offset, partition_max_bytes=size, max_bytes=size),
+        correlation_id,
+    )
 
 
 def sending_from_file(broker) -> bool:
@@ -59,31 +74,21 @@ def sending_from_file(broker) -> bool:
 async def test_responses_from_files_arrive_whole_and_in_order_behind_a_stalled_reader(
     broker, broker_client
 ):
-    with open("/proc/sys/net/ipv4/tcp_wmem") as f:
-        send_buffer_max = int(f.read().split()[2])
-    # Two fetches that together outgrow what the kernel buffers, whatever it grows to.
-    per_fetch = send_buffer_max // MB + 2
-    topic = await broker.create_topic("big", 1, {})
-    batches = [megabyte_batch(seed) for seed in range(2 * per_fetch)]
-    for data in batches:
-        response = await broker_client.send(produce_request("big", data))
-        assert response.responses[0].partition_responses[0].error_code == ErrorCode.none
-    end = len(batches) * 20
+    per_fetch = beyond_kernel_buffers()  # two fetches of that many: twice what could buffer
+    topic, batches = await big_topic(broker, broker_client, 2 * per_fetch)
+    end = len(batches) * RECORDS_PER_BATCH
     descriptors = open_descriptors()
 
-    client = await slow_reader(broker.bound["PLAINTEXT"][1])
+    client = await slow_reader(broker)
     size = per_fetch * len(batches[0]) + 1
     # A fetch that waits for a record at the log's end holds back the responses behind it: when
     # it is answered they are written one after the other, the later ones while the first big
     # one is still going out.
     await client.send(
         framed(fetch_request(topic.topic_id, end, min_bytes=1, max_wait=30_000), 1)
-        + framed(fetch_request(topic.topic_id, 0, partition_max_bytes=size, max_bytes=size), 2)
+        + big_fetch(topic, 0, size, 2)
         + api_versions_request(3)
-        + framed(
-            fetch_request(topic.topic_id, per_fetch * 20, partition_max_bytes=size, max_bytes=size),
-            4,
-        )
+        + big_fetch(topic, per_fetch * RECORDS_PER_BATCH, size, 4)
         + api_versions_request(5)
     )
     await wait_until(lambda: broker.replica_manager.parked(("big", 0)), what="a parked fetch")
@@ -109,18 +114,9 @@ async def test_responses_from_files_arrive_whole_and_in_order_behind_a_stalled_r
 
 
 async def test_a_connection_closed_mid_send_first_writes_what_it_answered(broker, broker_client):
-    with open("/proc/sys/net/ipv4/tcp_wmem") as f:
-        send_buffer_max = int(f.read().split()[2])
-    count = send_buffer_max // MB + 2
-    topic = await broker.create_topic("big", 1, {})
-    batches = [megabyte_batch(seed) for seed in range(count)]
-    for data in batches:
-        await broker_client.send(produce_request("big", data))
-    client = await slow_reader(broker.bound["PLAINTEXT"][1])
-    size = count * len(batches[0])
-    await client.send(
-        framed(fetch_request(topic.topic_id, 0, partition_max_bytes=size, max_bytes=size), 1)
-    )
+    topic, batches = await big_topic(broker, broker_client, beyond_kernel_buffers())
+    client = await slow_reader(broker)
+    await client.send(big_fetch(topic, 0, len(batches) * len(batches[0]), 1))
     await wait_until(lambda: sending_from_file(broker), what="a send waiting for the socket")
     (sending,) = [c for c in broker.connections if c._sender is not None and c._sender.busy]
     sending.close()  # as the broker's shutdown does: the transport's close flushes first
